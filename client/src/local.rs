@@ -1,0 +1,124 @@
+//! In-process batch solving: one search per thread, results in input order.
+//!
+//! Worker threads take the next unsolved case from a shared counter, so a
+//! slow case never holds up the others, and send results to the caller's
+//! thread, which hands them out strictly in input order as soon as every
+//! earlier case is done. The channel is bounded, so a slow consumer slows the
+//! workers instead of buffering without limit.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use colball_solver::{BidirSearch, Puzzle, Solution};
+
+/// One solved case.
+#[derive(Clone, Debug)]
+pub struct Solved {
+    pub index: usize,
+    pub solution: Solution,
+    pub elapsed: Duration,
+}
+
+/// The number of threads to use when the user did not say: all cores.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Solves `puzzles` on `threads` threads and calls `on_result` once per
+/// puzzle, in input order. Stops early (returning the error) if `on_result`
+/// fails, for example when the output pipe is closed.
+pub fn solve_in_order<E>(
+    puzzles: &[Puzzle],
+    threads: usize,
+    mut on_result: impl FnMut(Solved) -> Result<(), E>,
+) -> Result<(), E> {
+    let threads = threads.clamp(1, puzzles.len().max(1));
+    let next = AtomicUsize::new(0);
+    let (tx, rx) = mpsc::sync_channel::<Solved>(threads * 64);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            let tx = tx.clone();
+            let next = &next;
+            scope.spawn(move || {
+                let mut search = BidirSearch::new();
+                loop {
+                    let index = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(puzzle) = puzzles.get(index) else {
+                        break;
+                    };
+                    let began = Instant::now();
+                    let solution = search.solve(puzzle);
+                    let solved = Solved {
+                        index,
+                        solution,
+                        elapsed: began.elapsed(),
+                    };
+                    if tx.send(solved).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        let mut pending = BTreeMap::new();
+        let mut want = 0;
+        for solved in rx.iter() {
+            pending.insert(solved.index, solved);
+            while let Some(solved) = pending.remove(&want) {
+                want += 1;
+                if let Err(e) = on_result(solved) {
+                    // Stop the workers: they see the counter past the end.
+                    next.store(puzzles.len(), Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use colball_solver::Size;
+    use colball_solver::generate::Generator;
+
+    #[test]
+    fn results_come_in_input_order_with_any_thread_count() {
+        let mut g = Generator::new(3);
+        let sizes = [Size::new(2, 2).unwrap(), Size::new(3, 3).unwrap()];
+        let puzzles: Vec<_> = (0..200).map(|_| {
+            let size = g.pick(&sizes);
+            g.uniform(size)
+        }).collect();
+        let mut single = Vec::new();
+        solve_in_order(&puzzles, 1, |s| {
+            single.push((s.index, s.solution.answer()));
+            Ok::<_, ()>(())
+        })
+        .unwrap();
+        let mut multi = Vec::new();
+        solve_in_order(&puzzles, 3, |s| {
+            multi.push((s.index, s.solution.answer()));
+            Ok::<_, ()>(())
+        })
+        .unwrap();
+        assert_eq!(single, multi);
+        assert_eq!(multi.iter().map(|r| r.0).collect::<Vec<_>>(), (0..200).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_failing_consumer_stops_the_batch() {
+        let mut g = Generator::new(4);
+        let puzzles: Vec<_> = (0..50).map(|_| g.uniform(Size::new(2, 3).unwrap())).collect();
+        let mut seen = 0;
+        let result = solve_in_order(&puzzles, 2, |_| {
+            seen += 1;
+            if seen == 5 { Err("closed") } else { Ok(()) }
+        });
+        assert_eq!(result, Err("closed"));
+        assert_eq!(seen, 5);
+    }
+}

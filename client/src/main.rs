@@ -1,0 +1,302 @@
+//! `colball`: solve colball puzzles exactly, in-process or (later) on a cluster.
+
+use std::io::{self, BufWriter, Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use colball_client::bench::{self, human};
+use colball_client::local::{self, Solved};
+use colball_solver::format::{Format, classic, jsonl};
+use colball_solver::generate::Generator;
+use colball_solver::{BidirSearch, Puzzle, Size};
+
+/// Exact solver for the colball puzzle (GDOI 2008).
+#[derive(Parser, Debug)]
+#[command(name = "colball", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Solve every puzzle of a file and print the minimum number of moves.
+    Solve(SolveArgs),
+    /// Write random puzzles in the classic format (or JSON Lines).
+    Gen(GenArgs),
+    /// Measure solving speed on one thread.
+    Bench(BenchArgs),
+}
+
+#[derive(Args, Debug)]
+struct SolveArgs {
+    /// Puzzle file; `-` or nothing reads standard input.
+    input: Option<PathBuf>,
+    /// Input format; `auto` picks JSON Lines when the input starts with `{`.
+    #[arg(long, value_enum, default_value_t = InputFormat::Auto)]
+    format: InputFormat,
+    /// Output format; defaults to the input's format.
+    #[arg(long, value_enum)]
+    output: Option<OutputFormat>,
+    /// Also print one optimal move sequence per case. In classic output it
+    /// follows the count on the same line: `6 r22 c33 r23 c22 r33 c23`.
+    #[arg(long)]
+    moves: bool,
+    /// Solver threads (default: all cores). Output order never changes.
+    #[arg(long, short = 'j', value_parser = clap::value_parser!(u16).range(1..))]
+    threads: Option<u16>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum InputFormat {
+    Auto,
+    Classic,
+    Jsonl,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum OutputFormat {
+    Classic,
+    Jsonl,
+}
+
+#[derive(Args, Debug)]
+struct GenArgs {
+    /// Board size, or a comma-separated list to draw each case's size from
+    /// (`2x2,3x3,4x3`).
+    #[arg(long, value_delimiter = ',', default_value = "4x4")]
+    size: Vec<Size>,
+    /// Number of puzzles.
+    #[arg(long, default_value_t = 10)]
+    count: usize,
+    /// Seed: the same seed gives the same puzzles.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Make each target this many random moves from its start, instead of an
+    /// independent uniformly random board.
+    #[arg(long)]
+    scramble: Option<usize>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Classic)]
+    format: OutputFormat,
+}
+
+#[derive(Args, Debug)]
+struct BenchArgs {
+    /// Uniformly random 4x4 puzzles to time.
+    #[arg(long, default_value_t = 2000)]
+    count: usize,
+    /// Random puzzles of each size with at most 12 cells to time.
+    #[arg(long, default_value_t = 2000)]
+    small: usize,
+    /// A classic file of far-apart puzzles to time as well (for example the
+    /// examples' far.in).
+    #[arg(long)]
+    far: Option<PathBuf>,
+    /// Seed for the random puzzles.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Solve(args) => solve(args),
+        Command::Gen(args) => generate(args).map(|()| ExitCode::SUCCESS),
+        Command::Bench(args) => run_bench(args).map(|()| ExitCode::SUCCESS),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("colball: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<io::Error>()
+        .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
+}
+
+/// Reads a file, or standard input for `None` or `-`; returns the bytes and
+/// the name to use in messages.
+fn read_input(path: Option<&PathBuf>) -> Result<(Vec<u8>, String)> {
+    match path {
+        Some(p) if p.as_os_str() != "-" => {
+            let bytes = std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?;
+            Ok((bytes, p.display().to_string()))
+        }
+        _ => {
+            let mut bytes = Vec::new();
+            io::stdin().read_to_end(&mut bytes).context("cannot read standard input")?;
+            Ok((bytes, "<stdin>".to_string()))
+        }
+    }
+}
+
+/// One entry of the output, in input order: a puzzle to solve or a line that
+/// could not be read.
+enum Entry {
+    Puzzle { id: String },
+    Error(jsonl::LineError),
+}
+
+fn solve(args: SolveArgs) -> Result<ExitCode> {
+    let (bytes, name) = read_input(args.input.as_ref())?;
+    let format = match args.format {
+        InputFormat::Auto => Format::detect(&bytes),
+        InputFormat::Classic => Format::Classic,
+        InputFormat::Jsonl => Format::Jsonl,
+    };
+    let mut puzzles = Vec::new();
+    let mut entries = Vec::new();
+    match format {
+        Format::Classic => match classic::parse(&bytes) {
+            Ok(cases) => {
+                for (i, case) in cases.into_iter().enumerate() {
+                    puzzles.push(case.puzzle);
+                    entries.push(Entry::Puzzle {
+                        id: (i + 1).to_string(),
+                    });
+                }
+            }
+            Err(e) => {
+                eprintln!("colball: {name}:{}: {}", e.line, e.kind);
+                return Ok(ExitCode::FAILURE);
+            }
+        },
+        Format::Jsonl => {
+            for case in jsonl::parse(&bytes) {
+                match case {
+                    Ok(case) => {
+                        puzzles.push(case.puzzle);
+                        entries.push(Entry::Puzzle { id: case.id });
+                    }
+                    Err(e) => entries.push(Entry::Error(e)),
+                }
+            }
+        }
+    }
+    let output = args.output.unwrap_or(match format {
+        Format::Classic => OutputFormat::Classic,
+        Format::Jsonl => OutputFormat::Jsonl,
+    });
+    let threads = args.threads.map_or_else(local::default_threads, usize::from);
+
+    let mut out = BufWriter::new(io::stdout().lock());
+    let mut errors = 0usize;
+    let mut entries = entries.into_iter().peekable();
+    // Writes the error entries that come before the next puzzle.
+    let mut flush_errors = |out: &mut BufWriter<_>, entries: &mut std::iter::Peekable<_>| -> io::Result<()> {
+        while let Some(Entry::Error(_)) = entries.peek() {
+            let Some(Entry::Error(e)) = entries.next() else {
+                unreachable!()
+            };
+            errors += 1;
+            eprintln!("colball: {name}:{}: {}", e.line, e.message);
+            match output {
+                OutputFormat::Classic => writeln!(out, "error")?,
+                OutputFormat::Jsonl => writeln!(out, "{}", jsonl::to_line(&jsonl::ErrorRecord::from(&e)))?,
+            }
+        }
+        Ok(())
+    };
+    local::solve_in_order(&puzzles, threads, |solved: Solved| -> io::Result<()> {
+        flush_errors(&mut out, &mut entries)?;
+        let Some(Entry::Puzzle { id }) = entries.next() else {
+            unreachable!("one entry per puzzle")
+        };
+        match output {
+            OutputFormat::Classic => {
+                writeln!(out, "{}", classic::format_answer(&solved.solution, args.moves))
+            }
+            OutputFormat::Jsonl => {
+                let record = jsonl::SolvedRecord::new(
+                    id,
+                    &solved.solution,
+                    solved.elapsed.as_micros() as u64,
+                );
+                writeln!(out, "{}", jsonl::to_line(&record))
+            }
+        }
+    })?;
+    flush_errors(&mut out, &mut entries)?;
+    out.flush()?;
+    Ok(if errors == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn generate(args: GenArgs) -> Result<()> {
+    let mut g = Generator::new(args.seed);
+    let mut out = BufWriter::new(io::stdout().lock());
+    for i in 0..args.count {
+        let size = g.pick(&args.size);
+        let puzzle = g.puzzle(size, args.scramble);
+        match args.format {
+            OutputFormat::Classic => out.write_all(classic::format_case(&puzzle).as_bytes())?,
+            OutputFormat::Jsonl => writeln!(
+                out,
+                "{}",
+                serde_json::json!({
+                    "id": (i + 1).to_string(),
+                    "start": puzzle.start().rows(),
+                    "target": puzzle.target().rows(),
+                })
+            )?,
+        }
+    }
+    if args.format == OutputFormat::Classic {
+        writeln!(out, "0")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn run_bench(args: BenchArgs) -> Result<()> {
+    let mut search = BidirSearch::new();
+    let mut g = Generator::new(args.seed);
+    let size4 = Size::new(4, 4).expect("legal");
+    // Warm up: allocate and touch the table before timing.
+    let warm: Vec<Puzzle> = (0..20).map(|_| g.uniform(size4)).collect();
+    bench::time_each(&mut search, &warm);
+
+    println!("colball bench: bidirectional search, 1 thread");
+    println!("{:<24} {:>7} {:>11} {:>11} {:>11} {:>11}", "set", "count", "mean", "p50", "p99", "max");
+    let uniform: Vec<Puzzle> = (0..args.count).map(|_| g.uniform(size4)).collect();
+    println!("{:<24} {}", "4x4 uniform", bench::time_each(&mut search, &uniform));
+    if let Some(path) = &args.far {
+        let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let cases = classic::parse(&bytes).map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))?;
+        let far: Vec<Puzzle> = cases.into_iter().map(|c| c.puzzle).collect();
+        let label = format!("far ({})", path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned()));
+        println!("{:<24} {}", label, bench::time_each(&mut search, &far));
+    }
+    let small_sizes: Vec<Size> = Size::ALL.into_iter().filter(|s| s.cells() <= 12).collect();
+    let mut all_small = Vec::new();
+    for &size in &small_sizes {
+        let set: Vec<Puzzle> = (0..args.small).map(|_| g.uniform(size)).collect();
+        println!("{:<24} {}", format!("{size} uniform"), bench::time_each(&mut search, &set));
+        all_small.extend(set);
+    }
+    println!("{:<24} {}", "all <= 12 cells", bench::time_each(&mut search, &all_small));
+    let began = Instant::now();
+    let mut s2 = BidirSearch::new();
+    s2.solve(&uniform[0]);
+    println!(
+        "search memory: {:.1} MiB per thread (first 4x4 solve incl. allocation: {})",
+        search.memory_bytes() as f64 / (1 << 20) as f64,
+        human(began.elapsed())
+    );
+    if let Some(rss) = bench::peak_rss_bytes() {
+        println!("peak RSS of this process: {:.1} MiB", rss as f64 / (1 << 20) as f64);
+    }
+    Ok(())
+}

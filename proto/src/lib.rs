@@ -1,0 +1,1 @@
+//! gRPC protocol of the colball cluster (filled in by the cluster work).

@@ -1,0 +1,21 @@
+//! The colball puzzle, solved exactly.
+//!
+//! - [`board`]: sizes, colours, the packed board and puzzles;
+//! - [`moves`]: the two moves, their notation and packed application;
+//! - [`search`]: exact searches returning an optimal move sequence;
+//! - [`format`]: the classic contest format and JSON Lines;
+//! - [`generate`]: reproducible random puzzles.
+//!
+//! This crate has no async runtime, no networking and no CLI: the `colball`
+//! command, the workers and the tests all build on it.
+
+pub mod board;
+pub mod format;
+pub mod generate;
+pub mod moves;
+pub mod rank;
+pub mod search;
+
+pub use board::{Board, Colour, Puzzle, Size};
+pub use moves::{Move, MoveKind, MoveTable, apply_moves, format_moves, parse_moves};
+pub use search::{BidirSearch, Solution};

@@ -1,0 +1,425 @@
+//! The two moves, their notation, and fast packed application.
+//!
+//! A move names the 2x2 window by its bottom-right cell `(i, j)`, 1-based, with
+//! `2 <= i <= rows` and `2 <= j <= cols`: `rIJ` rotates the window clockwise,
+//! `cIJ` recolours it (`R -> B -> G -> R`).
+//!
+//! [`MoveTable`] numbers the moves of one size `0..2*windows` (window-major,
+//! rotation before recolour) and applies them to packed words with a handful
+//! of shifts and masks. It also records which move orders are redundant
+//! because the two moves commute, which the searches use to prune.
+
+use std::fmt;
+
+use thiserror::Error;
+
+use crate::board::{Board, Size};
+
+/// Rotate clockwise, or recolour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MoveKind {
+    Rotate,
+    Recolour,
+}
+
+/// One move: a kind and the window's bottom-right cell (1-based).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Move {
+    pub kind: MoveKind,
+    pub row: u8,
+    pub col: u8,
+}
+
+impl Move {
+    /// Whether this move's window lies on a board of `size`.
+    pub fn fits(self, size: Size) -> bool {
+        (2..=size.rows()).contains(&(self.row as usize))
+            && (2..=size.cols()).contains(&(self.col as usize))
+    }
+
+    /// Parses one token such as `r22` or `c34`.
+    pub fn parse(token: &str) -> Option<Move> {
+        let bytes = token.as_bytes();
+        if bytes.len() != 3 || !bytes[1].is_ascii_digit() || !bytes[2].is_ascii_digit() {
+            return None;
+        }
+        let kind = match bytes[0] {
+            b'r' => MoveKind::Rotate,
+            b'c' => MoveKind::Recolour,
+            _ => return None,
+        };
+        Some(Move {
+            kind,
+            row: bytes[1] - b'0',
+            col: bytes[2] - b'0',
+        })
+    }
+
+    /// Applies this move to `board`.
+    pub fn apply(self, board: Board) -> Result<Board, MoveError> {
+        let index = MoveTable::index_of(board.size(), self).ok_or(MoveError::OutOfRange {
+            index: 1,
+            token: self.to_string(),
+            size: board.size(),
+        })?;
+        let table = MoveTable::new(board.size());
+        Ok(Board::from_packed_unchecked(
+            board.size(),
+            table.apply(board.packed(), index),
+        ))
+    }
+}
+
+impl fmt::Display for Move {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let k = match self.kind {
+            MoveKind::Rotate => 'r',
+            MoveKind::Recolour => 'c',
+        };
+        write!(f, "{k}{}{}", self.row, self.col)
+    }
+}
+
+/// Writes moves in the project's notation, separated by single spaces.
+pub fn format_moves(moves: &[Move]) -> String {
+    let mut out = String::with_capacity(moves.len() * 4);
+    for (i, m) in moves.iter().enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        out.push_str(&m.to_string());
+    }
+    out
+}
+
+/// A move sequence that cannot be read or applied. `index` is 1-based.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum MoveError {
+    #[error(
+        "move {index} {token:?} is not a move: expected r or c followed by the row and column digits of the window's bottom-right cell, like r22"
+    )]
+    BadToken { index: usize, token: String },
+    #[error(
+        "move {index} {token:?} has no window on a {size} board: the bottom-right cell must be in rows 2..{} and columns 2..{}",
+        size.rows(),
+        size.cols()
+    )]
+    OutOfRange {
+        index: usize,
+        token: String,
+        size: Size,
+    },
+}
+
+/// Reads a whitespace-separated move sequence for a board of `size`.
+pub fn parse_moves(size: Size, text: &str) -> Result<Vec<Move>, MoveError> {
+    text.split_whitespace()
+        .enumerate()
+        .map(|(i, token)| {
+            let m = Move::parse(token).ok_or_else(|| MoveError::BadToken {
+                index: i + 1,
+                token: token.to_string(),
+            })?;
+            if !m.fits(size) {
+                return Err(MoveError::OutOfRange {
+                    index: i + 1,
+                    token: token.to_string(),
+                    size,
+                });
+            }
+            Ok(m)
+        })
+        .collect()
+}
+
+/// Applies `moves` in order to `board`; the error names the first move that
+/// has no window on this board.
+pub fn apply_moves(board: Board, moves: &[Move]) -> Result<Board, MoveError> {
+    let table = MoveTable::new(board.size());
+    let mut packed = board.packed();
+    for (i, &m) in moves.iter().enumerate() {
+        let index = MoveTable::index_of(board.size(), m).ok_or(MoveError::OutOfRange {
+            index: i + 1,
+            token: m.to_string(),
+            size: board.size(),
+        })?;
+        packed = table.apply(packed, index);
+    }
+    Ok(Board::from_packed_unchecked(board.size(), packed))
+}
+
+/// The precomputed form of one move on packed words.
+#[derive(Clone, Copy, Debug)]
+struct Op {
+    /// Bit offset of the window's top-left cell; the top-right cell follows it.
+    top: u32,
+    /// Bit offset of the window's bottom-left cell; the bottom-right follows.
+    bottom: u32,
+    /// The low bit of each of the window's four cells.
+    lows: u32,
+    recolour: bool,
+}
+
+/// Most moves on any board (4x4: 9 windows, 2 kinds).
+pub const MAX_MOVES: usize = 18;
+
+/// All moves of one size, numbered `0..len()`: move `2*w` rotates window `w`,
+/// `2*w + 1` recolours it; windows are numbered row-major by top-left cell.
+#[derive(Clone, Debug)]
+pub struct MoveTable {
+    size: Size,
+    ops: Vec<Op>,
+    moves: Vec<Move>,
+    /// `redundant_after[l]`: bit `m` is set when move `m` may be skipped right
+    /// after move `l` because the two commute and `m < l` (the order `l, m`
+    /// reaches the same board as `m, l`, which the search generates anyway).
+    redundant_after: [u32; MAX_MOVES],
+}
+
+impl MoveTable {
+    pub fn new(size: Size) -> MoveTable {
+        let cols = size.cols() as u32;
+        let mut ops = Vec::with_capacity(2 * size.windows());
+        let mut moves = Vec::with_capacity(2 * size.windows());
+        let mut windows = Vec::new();
+        for r in 0..size.rows() as u32 - 1 {
+            for c in 0..cols - 1 {
+                let tl = r * cols + c;
+                let bl = tl + cols;
+                let lows = (1 << (2 * tl)) | (1 << (2 * tl + 2)) | (1 << (2 * bl)) | (1 << (2 * bl + 2));
+                for recolour in [false, true] {
+                    ops.push(Op {
+                        top: 2 * tl,
+                        bottom: 2 * bl,
+                        lows,
+                        recolour,
+                    });
+                    moves.push(Move {
+                        kind: if recolour {
+                            MoveKind::Recolour
+                        } else {
+                            MoveKind::Rotate
+                        },
+                        row: (r + 2) as u8,
+                        col: (c + 2) as u8,
+                    });
+                    windows.push((r, c));
+                }
+            }
+        }
+        let mut redundant_after = [0u32; MAX_MOVES];
+        for l in 0..moves.len() {
+            for m in 0..l {
+                let (wl, wm) = (windows[l], windows[m]);
+                let disjoint = wl.0.abs_diff(wm.0) > 1 || wl.1.abs_diff(wm.1) > 1;
+                let both_recolour = ops[l].recolour && ops[m].recolour;
+                // A recolour adds 1 to each cell of its window and a rotation
+                // only permutes those cells, so on one window they commute.
+                let same_window_mixed = wl == wm && ops[l].recolour != ops[m].recolour;
+                if disjoint || both_recolour || same_window_mixed {
+                    redundant_after[l] |= 1 << m;
+                }
+            }
+        }
+        MoveTable {
+            size,
+            ops,
+            moves,
+            redundant_after,
+        }
+    }
+
+    pub fn size(&self) -> Size {
+        self.size
+    }
+
+    /// Number of moves, `2 * windows`.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// The move numbered `index`.
+    pub fn get(&self, index: usize) -> Move {
+        self.moves[index]
+    }
+
+    /// The number of `m` on a board of `size`, if its window fits.
+    pub fn index_of(size: Size, m: Move) -> Option<usize> {
+        if !m.fits(size) {
+            return None;
+        }
+        let window = (m.row as usize - 2) * (size.cols() - 1) + (m.col as usize - 2);
+        Some(2 * window + (m.kind == MoveKind::Recolour) as usize)
+    }
+
+    /// Bit set of moves to skip right after move `last` (see the field doc).
+    #[inline(always)]
+    pub fn redundant_after(&self, last: usize) -> u32 {
+        self.redundant_after[last]
+    }
+
+    /// Applies move `index` to a packed board.
+    #[inline(always)]
+    pub fn apply(&self, packed: u32, index: usize) -> u32 {
+        let op = self.ops[index];
+        if op.recolour {
+            recolour(packed, op.lows)
+        } else {
+            rotate(packed, op.top, op.bottom)
+        }
+    }
+
+    /// Applies the inverse of move `index` (counter-clockwise rotation, or
+    /// recolour `R -> G -> B -> R`).
+    #[inline(always)]
+    pub fn apply_inverse(&self, packed: u32, index: usize) -> u32 {
+        let op = self.ops[index];
+        if op.recolour {
+            recolour_inverse(packed, op.lows)
+        } else {
+            rotate_inverse(packed, op.top, op.bottom)
+        }
+    }
+}
+
+/// Clockwise: top-left -> top-right -> bottom-right -> bottom-left -> top-left.
+#[inline(always)]
+fn rotate(s: u32, top: u32, bottom: u32) -> u32 {
+    // `t` holds top-left (bits 0-1) and top-right (bits 2-3); `b` holds
+    // bottom-left and bottom-right likewise.
+    let t = (s >> top) & 0xF;
+    let b = (s >> bottom) & 0xF;
+    let new_t = (b & 3) | ((t & 3) << 2);
+    let new_b = (b >> 2) | (t & 0xC);
+    (s & !((0xF << top) | (0xF << bottom))) | (new_t << top) | (new_b << bottom)
+}
+
+#[inline(always)]
+fn rotate_inverse(s: u32, top: u32, bottom: u32) -> u32 {
+    let t = (s >> top) & 0xF;
+    let b = (s >> bottom) & 0xF;
+    let new_t = (t >> 2) | ((b >> 2) << 2);
+    let new_b = ((b & 3) << 2) | (t & 3);
+    (s & !((0xF << top) | (0xF << bottom))) | (new_t << top) | (new_b << bottom)
+}
+
+/// `R(00) -> B(01) -> G(10) -> R` on the four cells whose low bits are `lows`:
+/// the new high bit is the old low bit, the new low bit is set where both were
+/// clear.
+#[inline(always)]
+fn recolour(s: u32, lows: u32) -> u32 {
+    let lo = s & lows;
+    let hi = (s >> 1) & lows;
+    let new_lo = !(lo | hi) & lows;
+    (s & !(lows | (lows << 1))) | new_lo | (lo << 1)
+}
+
+/// `R(00) -> G(10) -> B(01) -> R`: the new low bit is the old high bit, the new
+/// high bit is set where both were clear.
+#[inline(always)]
+fn recolour_inverse(s: u32, lows: u32) -> u32 {
+    let lo = s & lows;
+    let hi = (s >> 1) & lows;
+    let new_hi = !(lo | hi) & lows;
+    (s & !(lows | (lows << 1))) | hi | (new_hi << 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn board(rows: &[&str]) -> Board {
+        Board::parse_rows(rows).unwrap()
+    }
+
+    #[test]
+    fn rotation_follows_the_statement() {
+        // Window r22 on 2x2: TL->TR, TR->BR, BR->BL, BL->TL.
+        let b = board(&["RB", "GR"]);
+        let m = Move::parse("r22").unwrap();
+        assert_eq!(m.apply(b).unwrap().rows(), vec!["GR", "RB"]);
+    }
+
+    #[test]
+    fn recolour_follows_the_statement() {
+        let b = board(&["RBG", "GGR", "BBB"]);
+        let m = Move::parse("c33").unwrap();
+        assert_eq!(m.apply(b).unwrap().rows(), vec!["RBG", "GRB", "BGG"]);
+    }
+
+    #[test]
+    fn inverses_undo_every_move_on_every_size() {
+        for size in Size::ALL {
+            let table = MoveTable::new(size);
+            assert_eq!(table.len(), 2 * size.windows());
+            let mut s = 0x2461_9A58u32 & size.used_bits();
+            s &= !((s >> 1) & s & 0x5555_5555);
+            for i in 0..table.len() {
+                let t = table.apply(s, i);
+                assert!(Board::from_packed(size, t).is_some());
+                assert_eq!(table.apply_inverse(t, i), s);
+                assert_eq!(MoveTable::index_of(size, table.get(i)), Some(i));
+                s = t;
+            }
+        }
+    }
+
+    #[test]
+    fn orders_of_the_moves() {
+        let table = MoveTable::new(Size::new(3, 3).unwrap());
+        let s = board(&["RBG", "GGR", "BRB"]).packed();
+        for i in 0..table.len() {
+            let order = if i % 2 == 0 { 4 } else { 3 };
+            let mut t = s;
+            for k in 1..=order {
+                t = table.apply(t, i);
+                assert_eq!(t == s, k == order, "move {i} power {k}");
+            }
+        }
+    }
+
+    #[test]
+    fn redundant_orders_really_commute() {
+        for size in Size::ALL {
+            let table = MoveTable::new(size);
+            let mut s = 0x9158_6A24u32 & size.used_bits();
+            s &= !((s >> 1) & s & 0x5555_5555);
+            for l in 0..table.len() {
+                for m in 0..table.len() {
+                    let commute = table.apply(table.apply(s, l), m) == table.apply(table.apply(s, m), l);
+                    if table.redundant_after(l) >> m & 1 == 1 {
+                        assert!(m < l && commute, "{size}: {l} then {m}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn notation_round_trips_and_errors_name_the_move() {
+        let size = Size::new(3, 4).unwrap();
+        let moves = parse_moves(size, "  r22 c34\tr33 ").unwrap();
+        assert_eq!(format_moves(&moves), "r22 c34 r33");
+        assert_eq!(
+            parse_moves(size, "r22 c44"),
+            Err(MoveError::OutOfRange {
+                index: 2,
+                token: "c44".into(),
+                size
+            })
+        );
+        assert_eq!(
+            parse_moves(size, "r22 x12"),
+            Err(MoveError::BadToken {
+                index: 2,
+                token: "x12".into()
+            })
+        );
+        assert!(parse_moves(size, "r2").is_err());
+        assert!(parse_moves(size, "r222").is_err());
+    }
+}
