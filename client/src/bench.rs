@@ -29,7 +29,11 @@ impl Stats {
         let total: Duration = times.iter().sum();
         Stats {
             count,
-            mean: if count == 0 { Duration::ZERO } else { total / count as u32 },
+            mean: if count == 0 {
+                Duration::ZERO
+            } else {
+                total / count as u32
+            },
             p50: pick(0.50),
             p99: pick(0.99),
             max: times.last().copied().unwrap_or_default(),
@@ -65,18 +69,28 @@ pub fn human(d: Duration) -> String {
     }
 }
 
-/// Solves every puzzle on this thread with `search` and times each one.
-/// `search` should be warm (its table allocated) for steady-state figures.
-pub fn time_each(search: &mut BidirSearch, puzzles: &[Puzzle]) -> Stats {
-    let times = puzzles
-        .iter()
-        .map(|p| {
-            let began = Instant::now();
-            std::hint::black_box(search.solve(std::hint::black_box(p)));
-            began.elapsed()
-        })
+/// Solves every puzzle on this thread with `search` and times each one:
+/// the statistics of the whole set, and of each distance (`-1` for
+/// unreachable) in increasing order. `search` should be warm (its table
+/// allocated) for steady-state figures.
+pub fn time_each(search: &mut BidirSearch, puzzles: &[Puzzle]) -> (Stats, Vec<(i64, Stats)>) {
+    let mut all = Vec::with_capacity(puzzles.len());
+    let mut by_distance = std::collections::BTreeMap::<i64, Vec<Duration>>::new();
+    for p in puzzles {
+        let began = Instant::now();
+        let solution = std::hint::black_box(search.solve(std::hint::black_box(p)));
+        let elapsed = began.elapsed();
+        all.push(elapsed);
+        by_distance
+            .entry(solution.answer())
+            .or_default()
+            .push(elapsed);
+    }
+    let by_distance = by_distance
+        .into_iter()
+        .map(|(d, times)| (d, Stats::from_times(times)))
         .collect();
-    Stats::from_times(times)
+    (Stats::from_times(all), by_distance)
 }
 
 /// Peak resident memory of this process, where the OS tells it (Linux).

@@ -89,10 +89,12 @@ mod tests {
     fn results_come_in_input_order_with_any_thread_count() {
         let mut g = Generator::new(3);
         let sizes = [Size::new(2, 2).unwrap(), Size::new(3, 3).unwrap()];
-        let puzzles: Vec<_> = (0..200).map(|_| {
-            let size = g.pick(&sizes);
-            g.uniform(size)
-        }).collect();
+        let puzzles: Vec<_> = (0..200)
+            .map(|_| {
+                let size = g.pick(&sizes);
+                g.uniform(size)
+            })
+            .collect();
         let mut single = Vec::new();
         solve_in_order(&puzzles, 1, |s| {
             single.push((s.index, s.solution.answer()));
@@ -106,13 +108,18 @@ mod tests {
         })
         .unwrap();
         assert_eq!(single, multi);
-        assert_eq!(multi.iter().map(|r| r.0).collect::<Vec<_>>(), (0..200).collect::<Vec<_>>());
+        assert_eq!(
+            multi.iter().map(|r| r.0).collect::<Vec<_>>(),
+            (0..200).collect::<Vec<_>>()
+        );
     }
 
     #[test]
     fn a_failing_consumer_stops_the_batch() {
         let mut g = Generator::new(4);
-        let puzzles: Vec<_> = (0..50).map(|_| g.uniform(Size::new(2, 3).unwrap())).collect();
+        let puzzles: Vec<_> = (0..50)
+            .map(|_| g.uniform(Size::new(2, 3).unwrap()))
+            .collect();
         let mut seen = 0;
         let result = solve_in_order(&puzzles, 2, |_| {
             seen += 1;

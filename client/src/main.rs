@@ -133,7 +133,9 @@ fn read_input(path: Option<&PathBuf>) -> Result<(Vec<u8>, String)> {
         }
         _ => {
             let mut bytes = Vec::new();
-            io::stdin().read_to_end(&mut bytes).context("cannot read standard input")?;
+            io::stdin()
+                .read_to_end(&mut bytes)
+                .context("cannot read standard input")?;
             Ok((bytes, "<stdin>".to_string()))
         }
     }
@@ -186,26 +188,31 @@ fn solve(args: SolveArgs) -> Result<ExitCode> {
         Format::Classic => OutputFormat::Classic,
         Format::Jsonl => OutputFormat::Jsonl,
     });
-    let threads = args.threads.map_or_else(local::default_threads, usize::from);
+    let threads = args
+        .threads
+        .map_or_else(local::default_threads, usize::from);
 
     let mut out = BufWriter::new(io::stdout().lock());
     let mut errors = 0usize;
     let mut entries = entries.into_iter().peekable();
     // Writes the error entries that come before the next puzzle.
-    let mut flush_errors = |out: &mut BufWriter<_>, entries: &mut std::iter::Peekable<_>| -> io::Result<()> {
-        while let Some(Entry::Error(_)) = entries.peek() {
-            let Some(Entry::Error(e)) = entries.next() else {
-                unreachable!()
-            };
-            errors += 1;
-            eprintln!("colball: {name}:{}: {}", e.line, e.message);
-            match output {
-                OutputFormat::Classic => writeln!(out, "error")?,
-                OutputFormat::Jsonl => writeln!(out, "{}", jsonl::to_line(&jsonl::ErrorRecord::from(&e)))?,
+    let mut flush_errors =
+        |out: &mut BufWriter<_>, entries: &mut std::iter::Peekable<_>| -> io::Result<()> {
+            while let Some(Entry::Error(_)) = entries.peek() {
+                let Some(Entry::Error(e)) = entries.next() else {
+                    unreachable!()
+                };
+                errors += 1;
+                eprintln!("colball: {name}:{}: {}", e.line, e.message);
+                match output {
+                    OutputFormat::Classic => writeln!(out, "error")?,
+                    OutputFormat::Jsonl => {
+                        writeln!(out, "{}", jsonl::to_line(&jsonl::ErrorRecord::from(&e)))?
+                    }
+                }
             }
-        }
-        Ok(())
-    };
+            Ok(())
+        };
     local::solve_in_order(&puzzles, threads, |solved: Solved| -> io::Result<()> {
         flush_errors(&mut out, &mut entries)?;
         let Some(Entry::Puzzle { id }) = entries.next() else {
@@ -213,7 +220,11 @@ fn solve(args: SolveArgs) -> Result<ExitCode> {
         };
         match output {
             OutputFormat::Classic => {
-                writeln!(out, "{}", classic::format_answer(&solved.solution, args.moves))
+                writeln!(
+                    out,
+                    "{}",
+                    classic::format_answer(&solved.solution, args.moves)
+                )
             }
             OutputFormat::Jsonl => {
                 let record = jsonl::SolvedRecord::new(
@@ -264,39 +275,67 @@ fn run_bench(args: BenchArgs) -> Result<()> {
     let mut search = BidirSearch::new();
     let mut g = Generator::new(args.seed);
     let size4 = Size::new(4, 4).expect("legal");
-    // Warm up: allocate and touch the table before timing.
+    // Warm up: the first 4x4 solve allocates and touches the table.
+    let began = Instant::now();
+    search.solve(&g.uniform(size4));
+    let first = began.elapsed();
     let warm: Vec<Puzzle> = (0..20).map(|_| g.uniform(size4)).collect();
     bench::time_each(&mut search, &warm);
 
-    println!("colball bench: bidirectional search, 1 thread");
-    println!("{:<24} {:>7} {:>11} {:>11} {:>11} {:>11}", "set", "count", "mean", "p50", "p99", "max");
+    let header = |title: &str| {
+        println!(
+            "{title:<24} {:>7} {:>11} {:>11} {:>11} {:>11}",
+            "count", "mean", "p50", "p99", "max"
+        )
+    };
+    println!("colball bench: bidirectional search, 1 thread\n");
+    header("set");
     let uniform: Vec<Puzzle> = (0..args.count).map(|_| g.uniform(size4)).collect();
-    println!("{:<24} {}", "4x4 uniform", bench::time_each(&mut search, &uniform));
+    let (stats, by_distance) = bench::time_each(&mut search, &uniform);
+    println!("{:<24} {stats}", "4x4 uniform");
     if let Some(path) = &args.far {
-        let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-        let cases = classic::parse(&bytes).map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))?;
+        let bytes =
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let cases =
+            classic::parse(&bytes).map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))?;
         let far: Vec<Puzzle> = cases.into_iter().map(|c| c.puzzle).collect();
-        let label = format!("far ({})", path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned()));
-        println!("{:<24} {}", label, bench::time_each(&mut search, &far));
+        let name = path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        println!("{:<24} {}", name, bench::time_each(&mut search, &far).0);
     }
-    let small_sizes: Vec<Size> = Size::ALL.into_iter().filter(|s| s.cells() <= 12).collect();
     let mut all_small = Vec::new();
-    for &size in &small_sizes {
+    for size in Size::ALL.into_iter().filter(|s| s.cells() <= 12) {
         let set: Vec<Puzzle> = (0..args.small).map(|_| g.uniform(size)).collect();
-        println!("{:<24} {}", format!("{size} uniform"), bench::time_each(&mut search, &set));
+        println!(
+            "{:<24} {}",
+            format!("{size} uniform"),
+            bench::time_each(&mut search, &set).0
+        );
         all_small.extend(set);
     }
-    println!("{:<24} {}", "all <= 12 cells", bench::time_each(&mut search, &all_small));
-    let began = Instant::now();
-    let mut s2 = BidirSearch::new();
-    s2.solve(&uniform[0]);
     println!(
-        "search memory: {:.1} MiB per thread (first 4x4 solve incl. allocation: {})",
+        "{:<24} {}",
+        "all <= 12 cells",
+        bench::time_each(&mut search, &all_small).0
+    );
+
+    println!();
+    header("4x4 uniform by distance");
+    for (d, stats) in by_distance {
+        println!("{:<24} {stats}", format!("{d} moves"));
+    }
+    println!();
+    println!("first 4x4 solve (allocates the table): {}", human(first));
+    println!(
+        "search memory: {:.1} MiB per thread",
         search.memory_bytes() as f64 / (1 << 20) as f64,
-        human(began.elapsed())
     );
     if let Some(rss) = bench::peak_rss_bytes() {
-        println!("peak RSS of this process: {:.1} MiB", rss as f64 / (1 << 20) as f64);
+        println!(
+            "peak RSS of this process: {:.1} MiB",
+            rss as f64 / (1 << 20) as f64
+        );
     }
     Ok(())
 }

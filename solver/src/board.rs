@@ -117,10 +117,7 @@ impl FromStr for Size {
 
     fn from_str(s: &str) -> Result<Size, SizeParseError> {
         let syntax = || SizeParseError::Syntax(s.to_string());
-        let (r, c) = s
-            .trim()
-            .split_once(['x', 'X'])
-            .ok_or_else(syntax)?;
+        let (r, c) = s.trim().split_once(['x', 'X']).ok_or_else(syntax)?;
         let r: usize = r.trim().parse().map_err(|_| syntax())?;
         let c: usize = c.trim().parse().map_err(|_| syntax())?;
         Ok(Size::new(r, c)?)
@@ -216,23 +213,7 @@ impl Board {
         }
         let mut cells = 0u32;
         for (r, row) in rows.iter().enumerate() {
-            let row = row.as_ref();
-            let letters = char_count(row);
-            if letters != size.cols() {
-                return Err(BoardError::RowLength {
-                    row: r + 1,
-                    expected: size.cols(),
-                    found: letters,
-                });
-            }
-            for (c, &b) in row.iter().enumerate() {
-                let colour = Colour::from_letter(b).ok_or_else(|| BoardError::BadLetter {
-                    row: r + 1,
-                    col: char_count(&row[..c]) + 1,
-                    found: first_char(&row[c..]),
-                })?;
-                cells |= (colour as u32) << (2 * (r * size.cols() + c));
-            }
+            cells |= read_row(size, r, row.as_ref())?;
         }
         Ok(Board { size, cells })
     }
@@ -348,6 +329,28 @@ impl Puzzle {
     }
 }
 
+/// Reads row `r` (0-based) of a board of `size`: its packed bits, in place.
+pub(crate) fn read_row(size: Size, r: usize, row: &[u8]) -> Result<u32, BoardError> {
+    let letters = char_count(row);
+    if letters != size.cols() {
+        return Err(BoardError::RowLength {
+            row: r + 1,
+            expected: size.cols(),
+            found: letters,
+        });
+    }
+    let mut cells = 0u32;
+    for (c, &b) in row.iter().enumerate() {
+        let colour = Colour::from_letter(b).ok_or_else(|| BoardError::BadLetter {
+            row: r + 1,
+            col: char_count(&row[..c]) + 1,
+            found: first_char(&row[c..]),
+        })?;
+        cells |= (colour as u32) << (2 * (r * size.cols() + c));
+    }
+    Ok(cells)
+}
+
 /// Letters in a row as a person counts them (UTF-8 aware, so a stray `é` is
 /// one letter, not two).
 fn char_count(bytes: &[u8]) -> usize {
@@ -388,8 +391,14 @@ mod tests {
         let s: Size = "3x4".parse().unwrap();
         assert_eq!((s.rows(), s.cols()), (3, 4));
         assert_eq!(s.to_string(), "3x4");
-        assert!(matches!("5x2".parse::<Size>(), Err(SizeParseError::Range(_))));
-        assert!(matches!("44".parse::<Size>(), Err(SizeParseError::Syntax(_))));
+        assert!(matches!(
+            "5x2".parse::<Size>(),
+            Err(SizeParseError::Range(_))
+        ));
+        assert!(matches!(
+            "44".parse::<Size>(),
+            Err(SizeParseError::Syntax(_))
+        ));
     }
 
     #[test]

@@ -163,6 +163,10 @@ struct Op {
 /// Most moves on any board (4x4: 9 windows, 2 kinds).
 pub const MAX_MOVES: usize = 18;
 
+/// Bit set of the recolour moves in a [`MoveTable`] (the odd numbers); the
+/// rotations are the rest.
+pub const RECOLOUR_MOVES: u32 = 0xAAAA_AAAA & ((1 << MAX_MOVES) - 1);
+
 /// All moves of one size, numbered `0..len()`: move `2*w` rotates window `w`,
 /// `2*w + 1` recolours it; windows are numbered row-major by top-left cell.
 #[derive(Clone, Debug)]
@@ -186,7 +190,8 @@ impl MoveTable {
             for c in 0..cols - 1 {
                 let tl = r * cols + c;
                 let bl = tl + cols;
-                let lows = (1 << (2 * tl)) | (1 << (2 * tl + 2)) | (1 << (2 * bl)) | (1 << (2 * bl + 2));
+                let lows =
+                    (1 << (2 * tl)) | (1 << (2 * tl + 2)) | (1 << (2 * bl)) | (1 << (2 * bl + 2));
                 for recolour in [false, true] {
                     ops.push(Op {
                         top: 2 * tl,
@@ -262,15 +267,33 @@ impl MoveTable {
         self.redundant_after[last]
     }
 
+    /// Applies move `index`, known to be a recolour when `RECOLOUR` and a
+    /// rotation otherwise, or its inverse when `INVERSE`. Hot loops split the
+    /// moves by kind (see [`RECOLOUR_MOVES`]) and call this branch-free form.
+    #[inline(always)]
+    pub fn apply_kind<const RECOLOUR: bool, const INVERSE: bool>(
+        &self,
+        packed: u32,
+        index: usize,
+    ) -> u32 {
+        let op = self.ops[index];
+        debug_assert_eq!(op.recolour, RECOLOUR);
+        match (RECOLOUR, INVERSE) {
+            (true, false) => recolour(packed, op.lows),
+            (true, true) => recolour_inverse(packed, op.lows),
+            (false, false) => rotate(packed, op.top, op.bottom),
+            (false, true) => rotate_inverse(packed, op.top, op.bottom),
+        }
+    }
+
     /// Applies move `index` to a packed board.
     #[inline(always)]
     pub fn apply(&self, packed: u32, index: usize) -> u32 {
         let op = self.ops[index];
-        if op.recolour {
-            recolour(packed, op.lows)
-        } else {
-            rotate(packed, op.top, op.bottom)
-        }
+        // Both are a few instructions; computing both and selecting avoids a
+        // branch that the search's move order makes hard to predict.
+        let (a, b) = (recolour(packed, op.lows), rotate(packed, op.top, op.bottom));
+        if op.recolour { a } else { b }
     }
 
     /// Applies the inverse of move `index` (counter-clockwise rotation, or
@@ -278,11 +301,11 @@ impl MoveTable {
     #[inline(always)]
     pub fn apply_inverse(&self, packed: u32, index: usize) -> u32 {
         let op = self.ops[index];
-        if op.recolour {
-            recolour_inverse(packed, op.lows)
-        } else {
-            rotate_inverse(packed, op.top, op.bottom)
-        }
+        let (a, b) = (
+            recolour_inverse(packed, op.lows),
+            rotate_inverse(packed, op.top, op.bottom),
+        );
+        if op.recolour { a } else { b }
     }
 }
 
@@ -390,7 +413,8 @@ mod tests {
             s &= !((s >> 1) & s & 0x5555_5555);
             for l in 0..table.len() {
                 for m in 0..table.len() {
-                    let commute = table.apply(table.apply(s, l), m) == table.apply(table.apply(s, m), l);
+                    let commute =
+                        table.apply(table.apply(s, l), m) == table.apply(table.apply(s, m), l);
                     if table.redundant_after(l) >> m & 1 == 1 {
                         assert!(m < l && commute, "{size}: {l} then {m}");
                     }

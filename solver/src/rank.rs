@@ -53,7 +53,16 @@ mod tests {
 
     #[test]
     fn rank_is_plain_base_three() {
-        for packed in [0u32, 1, 2, 0b0100, 0b1001, 0xAAAA_AAAA, 0x5555_5555, 0x1234_5612] {
+        for packed in [
+            0u32,
+            1,
+            2,
+            0b0100,
+            0b1001,
+            0xAAAA_AAAA,
+            0x5555_5555,
+            0x1234_5612,
+        ] {
             // Build a valid word by clearing any digit 3.
             let packed = packed & !((packed >> 1) & packed & 0x5555_5555);
             let mut expected = 0usize;

@@ -8,7 +8,7 @@
 use thiserror::Error;
 
 use super::{excerpt, numbered_lines};
-use crate::board::{Board, BoardError, Puzzle, Size, SizeError};
+use crate::board::{Board, BoardError, Puzzle, Size, SizeError, read_row};
 use crate::search::Solution;
 
 /// One puzzle read from a file, with the line of its `N M` header.
@@ -110,7 +110,9 @@ impl<'a> Cases<'a> {
             case,
             found: excerpt(header),
         };
-        let mut tokens = header.split(u8::is_ascii_whitespace).filter(|t| !t.is_empty());
+        let mut tokens = header
+            .split(u8::is_ascii_whitespace)
+            .filter(|t| !t.is_empty());
         let Some(rows) = tokens.next().and_then(parse_number) else {
             return err(bad_header());
         };
@@ -137,9 +139,8 @@ impl<'a> Cases<'a> {
     }
 
     fn board(&mut self, case: usize, size: Size, which: Which) -> Result<Board, ParseError> {
-        let mut rows = Vec::with_capacity(size.rows());
-        let mut lines = Vec::with_capacity(size.rows());
-        while rows.len() < size.rows() {
+        let mut cells = 0u32;
+        for r in 0..size.rows() {
             let Some((line, row)) = self.lines.next() else {
                 return Err(ParseError {
                     line: self.last_line,
@@ -147,26 +148,19 @@ impl<'a> Cases<'a> {
                         case,
                         which,
                         expected: size.rows(),
-                        found: rows.len(),
+                        found: r,
                     },
                 });
             };
             self.last_line = line;
-            rows.push(row.trim_ascii());
-            lines.push(line);
-        }
-        Board::from_rows(size, &rows).map_err(|error| {
-            let line = match error {
-                BoardError::RowLength { row, .. } | BoardError::BadLetter { row, .. } => {
-                    lines[row - 1]
-                }
-                _ => lines[0],
-            };
-            ParseError {
+            // Each row is checked as it is read, so a bad row is reported at
+            // its own line even when the file also ends too early.
+            cells |= read_row(size, r, row.trim_ascii()).map_err(|error| ParseError {
                 line,
                 kind: ParseErrorKind::Row { case, which, error },
-            }
-        })
+            })?;
+        }
+        Ok(Board::from_packed(size, cells).expect("rows were checked"))
     }
 }
 
@@ -235,9 +229,14 @@ mod tests {
 
     #[test]
     fn tolerates_blank_lines_spaces_crlf_and_no_terminator() {
-        let messy = "\r\n  2   2 \r\n BB\r\n\r\nBR  \r\nBB\r\nRR\r\n\n 3 3\nRRR\nBBB\nRBR\nRBR\nBRG\nGGR";
+        let messy =
+            "\r\n  2   2 \r\n BB\r\n\r\nBR  \r\nBB\r\nRR\r\n\n 3 3\nRRR\nBBB\nRBR\nRBR\nBRG\nGGR";
         let puzzles = |text: &str| -> Vec<Puzzle> {
-            parse(text.as_bytes()).unwrap().into_iter().map(|c| c.puzzle).collect()
+            parse(text.as_bytes())
+                .unwrap()
+                .into_iter()
+                .map(|c| c.puzzle)
+                .collect()
         };
         assert_eq!(puzzles(messy), puzzles(SAMPLE));
     }
@@ -252,9 +251,18 @@ mod tests {
 
     #[test]
     fn errors_say_what_and_where() {
-        assert!(matches!(kind("2 x\n"), (1, ParseErrorKind::BadHeader { case: 1, .. })));
-        assert!(matches!(kind("2 2 2\n"), (1, ParseErrorKind::BadHeader { .. })));
-        assert!(matches!(kind("RR\n"), (1, ParseErrorKind::BadHeader { .. })));
+        assert!(matches!(
+            kind("2 x\n"),
+            (1, ParseErrorKind::BadHeader { case: 1, .. })
+        ));
+        assert!(matches!(
+            kind("2 2 2\n"),
+            (1, ParseErrorKind::BadHeader { .. })
+        ));
+        assert!(matches!(
+            kind("RR\n"),
+            (1, ParseErrorKind::BadHeader { .. })
+        ));
         assert!(matches!(kind("5 2\n"), (1, ParseErrorKind::Size { .. })));
         assert!(matches!(kind("1 4\n"), (1, ParseErrorKind::Size { .. })));
         let (line, k) = kind("2 2\nRR\nRR\nRR\nRGX\n");
@@ -265,7 +273,10 @@ mod tests {
         );
         let (line, k) = kind("2 2\nRR\nRR\n\nRR\nRY\n");
         assert_eq!(line, 6);
-        assert!(k.to_string().contains("column 2: 'Y' is not a colour"), "{k}");
+        assert!(
+            k.to_string().contains("column 2: 'Y' is not a colour"),
+            "{k}"
+        );
         let (line, k) = kind("2 2\nRR\nRR\nRR\nRR\n2 2\nRR\n");
         assert_eq!(line, 7);
         assert_eq!(
@@ -286,7 +297,10 @@ mod tests {
         let s = search.solve(&cases[1].puzzle);
         assert_eq!(format_answer(&s, false), "6");
         let with = format_answer(&s, true);
-        assert!(with.starts_with("6 ") && with.split(' ').count() == 7, "{with}");
+        assert!(
+            with.starts_with("6 ") && with.split(' ').count() == 7,
+            "{with}"
+        );
         assert_eq!(format_answer(&search.solve(&cases[0].puzzle), true), "-1");
     }
 }

@@ -64,7 +64,11 @@ pub fn parse_line(line: usize, case: usize, text: &[u8]) -> Result<JsonCase, Lin
         let what = what.split(" at line ").next().unwrap_or(&what).to_string();
         fail(
             None,
-            format!("not a puzzle object: {what} (column {}) in {:?}", e.column(), excerpt(text)),
+            format!(
+                "not a puzzle object: {what} (column {}) in {:?}",
+                e.column(),
+                excerpt(text)
+            ),
         )
     })?;
     let id = match input.id {
@@ -159,17 +163,35 @@ not json
         assert!(out[0].is_ok());
         let errs: Vec<_> = out[1..].iter().map(|r| r.clone().unwrap_err()).collect();
         assert_eq!(errs[0].id.as_deref(), Some("short"));
-        assert_eq!(errs[0].message, "field start: row 2 has 1 letters, expected 2");
+        assert_eq!(
+            errs[0].message,
+            "field start: row 2 has 1 letters, expected 2"
+        );
         assert_eq!(errs[1].line, 3);
-        assert!(errs[1].message.starts_with("not a puzzle object"), "{}", errs[1].message);
+        assert!(
+            errs[1].message.starts_with("not a puzzle object"),
+            "{}",
+            errs[1].message
+        );
         assert!(errs[2].message.contains("same size"), "{}", errs[2].message);
-        assert!(errs[3].message.contains("field target: row 2, column 2"), "{}", errs[3].message);
-        assert!(errs[4].message.contains("missing field `target`"), "{}", errs[4].message);
+        assert!(
+            errs[3].message.contains("field target: row 2, column 2"),
+            "{}",
+            errs[3].message
+        );
+        assert!(
+            errs[4].message.contains("missing field `target`"),
+            "{}",
+            errs[4].message
+        );
     }
 
     #[test]
     fn records_serialise() {
         let r = SolvedRecord::new("x".into(), &Solution::Unreachable, 5);
-        assert_eq!(to_line(&r), r#"{"id":"x","moves":-1,"solution":"","time_us":5}"#);
+        assert_eq!(
+            to_line(&r),
+            r#"{"id":"x","moves":-1,"solution":"","time_us":5}"#
+        );
     }
 }

@@ -1,0 +1,72 @@
+//! No input bytes make the parsers panic, and every error names a real line.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use colball_solver::format::{classic, jsonl};
+use proptest::prelude::*;
+
+fn line_count(input: &[u8]) -> usize {
+    input.split(|&b| b == b'\n').count()
+}
+
+/// Text that looks like the classic format, to reach deep into the parser.
+fn classic_like() -> impl Strategy<Value = Vec<u8>> {
+    let line = prop_oneof![
+        "[0-9]{1,2} [0-9]{1,2}",
+        "[RGB]{1,5}",
+        "[RGBX r\t]{0,6}",
+        "[0-9 ]{0,4}",
+        Just(String::new()),
+        Just("0".to_string()),
+        Just("2 2".to_string()),
+        Just("4 4".to_string()),
+    ];
+    (prop::collection::vec(line, 0..40), any::<bool>())
+        .prop_map(|(lines, crlf)| lines.join(if crlf { "\r\n" } else { "\n" }).into_bytes())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3000))]
+
+    #[test]
+    fn classic_never_panics_on_bytes(input in prop::collection::vec(any::<u8>(), 0..512)) {
+        if let Err(e) = classic::parse(&input) {
+            prop_assert!(e.line >= 1 && e.line <= line_count(&input), "{e}");
+        }
+    }
+
+    #[test]
+    fn classic_never_panics_on_near_misses(input in classic_like()) {
+        match classic::parse(&input) {
+            Ok(cases) => for c in cases {
+                prop_assert!(c.line >= 1 && c.line <= line_count(&input));
+            },
+            Err(e) => prop_assert!(e.line >= 1 && e.line <= line_count(&input), "{e}"),
+        }
+    }
+
+    #[test]
+    fn jsonl_never_panics(input in prop::collection::vec(any::<u8>(), 0..512)) {
+        for result in jsonl::parse(&input) {
+            if let Err(e) = result {
+                prop_assert!(e.line >= 1 && e.line <= line_count(&input));
+                prop_assert!(!e.message.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn jsonl_near_misses_name_their_line(
+        rows in prop::collection::vec("[RGBx]{0,5}", 0..6),
+        id in prop::option::of("[a-z0-9]{0,4}"),
+    ) {
+        let line = serde_json::json!({"id": id, "start": rows, "target": rows}).to_string();
+        let input = format!("\n{line}\n");
+        let out = jsonl::parse(input.as_bytes());
+        prop_assert_eq!(out.len(), 1);
+        match &out[0] {
+            Ok(case) => prop_assert_eq!(case.line, 2),
+            Err(e) => prop_assert_eq!(e.line, 2),
+        }
+    }
+}
