@@ -161,7 +161,6 @@ impl BidirSearch {
         let words = size.state_count().div_ceil(32);
         if self.marks.len() < words {
             self.marks = vec![0; words];
-            advise_huge_pages(&self.marks);
         }
         let table_index = match self.tables.iter().position(|t| t.size() == size) {
             Some(i) => i,
@@ -219,34 +218,6 @@ impl BidirSearch {
         }
         solution
     }
-}
-
-/// Asks the kernel to back the table with huge pages, where it can: random
-/// probes then miss the TLB far less often. A hint only; failure is harmless.
-fn advise_huge_pages(table: &[u64]) {
-    #[cfg(target_os = "linux")]
-    {
-        let bytes = size_of_val(table);
-        if bytes >= 4 << 20 {
-            // madvise needs a page-aligned start; round inward to 2 MiB.
-            let start = table.as_ptr() as usize;
-            let aligned = start.next_multiple_of(2 << 20);
-            let end = (start + bytes) & !((2 << 20) - 1);
-            if end > aligned {
-                // SAFETY: the range lies inside the live allocation `table`,
-                // and MADV_HUGEPAGE changes no contents, only the backing.
-                unsafe {
-                    libc::madvise(
-                        aligned as *mut libc::c_void,
-                        end - aligned,
-                        libc::MADV_HUGEPAGE,
-                    );
-                }
-            }
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = table;
 }
 
 #[inline(always)]
