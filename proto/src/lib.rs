@@ -1,1 +1,147 @@
-//! gRPC protocol of the colball cluster (filled in by the cluster work).
+//! The gRPC protocol of the colball cluster.
+//!
+//! The `.proto` files live in `colball/v1/` beside this crate and are
+//! compiled at build time with a pure-Rust compiler (protox), so no `protoc`
+//! is needed. This crate re-exports the generated messages, clients and
+//! servers as [`v1`], and holds the conversions between wire messages and
+//! solver types: a missing or malformed field is an [`InvalidPuzzle`] that
+//! names the puzzle id and the field, never a panic.
+
+use colball_solver::board::BoardError;
+use colball_solver::{Board, Puzzle};
+use thiserror::Error;
+
+/// Generated code for package `colball.v1`.
+#[allow(missing_docs, missing_debug_implementations, unused_qualifications)]
+#[allow(clippy::all, clippy::pedantic)]
+pub mod v1 {
+    tonic::include_proto!("colball.v1");
+}
+
+/// The worker protocol version this build speaks. A worker registering with
+/// another version is refused (FAILED_PRECONDITION). Bump it on any change
+/// of the worker-facing messages that an older peer would misread.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// A puzzle on the wire that does not describe a legal puzzle.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("puzzle {id:?}: field {field}: {reason}")]
+pub struct InvalidPuzzle {
+    /// The puzzle's id as sent.
+    pub id: String,
+    /// The offending field: `puzzle`, `start` or `target`.
+    pub field: &'static str,
+    /// What was wrong with it.
+    pub reason: String,
+}
+
+impl InvalidPuzzle {
+    fn new(id: &str, field: &'static str, reason: impl ToString) -> InvalidPuzzle {
+        InvalidPuzzle {
+            id: id.to_string(),
+            field,
+            reason: reason.to_string(),
+        }
+    }
+}
+
+/// Reads a wire puzzle into a solver puzzle.
+pub fn puzzle_from_wire(p: &v1::Puzzle) -> Result<Puzzle, InvalidPuzzle> {
+    let board = |field: &'static str, rows: &[String]| -> Result<Board, InvalidPuzzle> {
+        if rows.is_empty() {
+            return Err(InvalidPuzzle::new(&p.id, field, "missing (no rows)"));
+        }
+        Board::parse_rows(rows).map_err(|e: BoardError| InvalidPuzzle::new(&p.id, field, e))
+    };
+    let start = board("start", &p.start)?;
+    let target = board("target", &p.target)?;
+    Puzzle::new(start, target).map_err(|e| {
+        InvalidPuzzle::new(
+            &p.id,
+            "target",
+            format!("size {} differs from the start's {}", e.target, e.start),
+        )
+    })
+}
+
+/// Writes a solver puzzle as a wire puzzle with the given id.
+pub fn puzzle_to_wire(id: impl Into<String>, puzzle: &Puzzle) -> v1::Puzzle {
+    v1::Puzzle {
+        id: id.into(),
+        start: puzzle.start().rows(),
+        target: puzzle.target().rows(),
+    }
+}
+
+impl v1::PuzzleResult {
+    /// An error result for a puzzle that could not be read.
+    pub fn invalid(index: u64, e: &InvalidPuzzle) -> v1::PuzzleResult {
+        v1::PuzzleResult {
+            id: e.id.clone(),
+            index,
+            outcome: Some(v1::puzzle_result::Outcome::Error(v1::PuzzleError {
+                kind: v1::puzzle_error::Kind::Invalid as i32,
+                field: e.field.to_string(),
+                message: e.to_string(),
+            })),
+        }
+    }
+
+    /// An error result for a puzzle the cluster gave up on.
+    pub fn failed(id: String, index: u64, message: String) -> v1::PuzzleResult {
+        v1::PuzzleResult {
+            id,
+            index,
+            outcome: Some(v1::puzzle_result::Outcome::Error(v1::PuzzleError {
+                kind: v1::puzzle_error::Kind::Failed as i32,
+                field: String::new(),
+                message,
+            })),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use colball_solver::Size;
+    use colball_solver::generate::Generator;
+
+    #[test]
+    fn puzzles_round_trip() {
+        let mut g = Generator::new(1);
+        for size in Size::ALL {
+            let p = g.uniform(size);
+            let wire = puzzle_to_wire("x", &p);
+            assert_eq!(puzzle_from_wire(&wire), Ok(p));
+        }
+    }
+
+    #[test]
+    fn bad_fields_are_named_with_the_id() {
+        let wire = v1::Puzzle {
+            id: "p7".into(),
+            start: vec!["RB".into(), "BG".into()],
+            target: vec!["RB".into(), "BQ".into()],
+        };
+        let e = puzzle_from_wire(&wire).unwrap_err();
+        assert_eq!(e.field, "target");
+        let text = e.to_string();
+        assert!(text.contains("p7") && text.contains("row 2, column 2"), "{text}");
+
+        let missing = v1::Puzzle {
+            id: "m".into(),
+            start: vec![],
+            target: vec!["RB".into(), "BG".into()],
+        };
+        assert_eq!(puzzle_from_wire(&missing).unwrap_err().field, "start");
+
+        let mismatch = v1::Puzzle {
+            id: "s".into(),
+            start: vec!["RBR".into(), "BGR".into()],
+            target: vec!["RB".into(), "BG".into()],
+        };
+        let e = puzzle_from_wire(&mismatch).unwrap_err();
+        assert!(e.to_string().contains("differs"), "{e}");
+    }
+}
