@@ -1,4 +1,8 @@
-//! In-process batch solving: one search per thread, results in input order.
+//! In-process batch solving: one solver per thread, results in input order.
+//!
+//! All threads share one [`Engine`]: its solution cache and distance tables
+//! serve every thread, and the whole batch is announced to it first so that
+//! `auto` can see which targets are worth a table.
 //!
 //! Worker threads take the next unsolved case from a shared counter, so a
 //! slow case never holds up the others, and send results to the caller's
@@ -8,16 +12,18 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use colball_solver::{BidirSearch, Puzzle, Solution};
+use colball_solver::{Engine, Method, Puzzle, Solution, Solver};
 
 /// One solved case.
 #[derive(Clone, Debug)]
 pub struct Solved {
     pub index: usize,
     pub solution: Solution,
+    /// What answered it: cache, bidir, idastar or table.
+    pub method: Method,
     pub elapsed: Duration,
 }
 
@@ -32,27 +38,31 @@ pub fn default_threads() -> usize {
 pub fn solve_in_order<E>(
     puzzles: &[Puzzle],
     threads: usize,
+    engine: &Arc<Engine>,
     mut on_result: impl FnMut(Solved) -> Result<(), E>,
 ) -> Result<(), E> {
     let threads = threads.clamp(1, puzzles.len().max(1));
+    engine.announce(puzzles);
     let next = AtomicUsize::new(0);
     let (tx, rx) = mpsc::sync_channel::<Solved>(threads * 64);
     std::thread::scope(|scope| {
         for _ in 0..threads {
             let tx = tx.clone();
             let next = &next;
+            let engine = Arc::clone(engine);
             scope.spawn(move || {
-                let mut search = BidirSearch::new();
+                let mut solver = Solver::new(engine);
                 loop {
                     let index = next.fetch_add(1, Ordering::Relaxed);
                     let Some(puzzle) = puzzles.get(index) else {
                         break;
                     };
                     let began = Instant::now();
-                    let solution = search.solve(puzzle);
+                    let answer = solver.solve(puzzle);
                     let solved = Solved {
                         index,
-                        solution,
+                        solution: answer.solution,
+                        method: answer.method,
                         elapsed: began.elapsed(),
                     };
                     if tx.send(solved).is_err() {
@@ -82,8 +92,12 @@ pub fn solve_in_order<E>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use colball_solver::Size;
     use colball_solver::generate::Generator;
+    use colball_solver::{EngineConfig, Size};
+
+    fn engine() -> Arc<Engine> {
+        Engine::new(EngineConfig::default())
+    }
 
     #[test]
     fn results_come_in_input_order_with_any_thread_count() {
@@ -96,13 +110,13 @@ mod tests {
             })
             .collect();
         let mut single = Vec::new();
-        solve_in_order(&puzzles, 1, |s| {
+        solve_in_order(&puzzles, 1, &engine(), |s| {
             single.push((s.index, s.solution.answer()));
             Ok::<_, ()>(())
         })
         .unwrap();
         let mut multi = Vec::new();
-        solve_in_order(&puzzles, 3, |s| {
+        solve_in_order(&puzzles, 3, &engine(), |s| {
             multi.push((s.index, s.solution.answer()));
             Ok::<_, ()>(())
         })
@@ -121,7 +135,7 @@ mod tests {
             .map(|_| g.uniform(Size::new(2, 3).unwrap()))
             .collect();
         let mut seen = 0;
-        let result = solve_in_order(&puzzles, 2, |_| {
+        let result = solve_in_order(&puzzles, 2, &engine(), |_| {
             seen += 1;
             if seen == 5 { Err("closed") } else { Ok(()) }
         });

@@ -9,9 +9,11 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use colball_client::bench::{self, human};
 use colball_client::local::{self, Solved};
+use colball_solver::cache::CacheConfig;
 use colball_solver::format::{Format, classic, jsonl};
 use colball_solver::generate::Generator;
-use colball_solver::{BidirSearch, Puzzle, Size};
+use colball_solver::{BidirSearch, Engine, EngineConfig, Puzzle, Size, Strategy};
+use std::sync::Arc;
 
 /// Exact solver for the colball puzzle (GDOI 2008).
 #[derive(Parser, Debug)]
@@ -48,6 +50,39 @@ struct SolveArgs {
     /// Solver threads (default: all cores). Output order never changes.
     #[arg(long, short = 'j', value_parser = clap::value_parser!(u16).range(1..))]
     threads: Option<u16>,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+/// How puzzles are solved in-process.
+#[derive(Args, Debug)]
+struct EngineArgs {
+    /// Search strategy: `auto` answers repeats from the cache, builds a
+    /// distance table for targets shared by enough puzzles, and uses the
+    /// bidirectional search for the rest.
+    #[arg(long, default_value = "auto")]
+    strategy: Strategy,
+    /// Most solved puzzles to remember (0 turns the cache off).
+    #[arg(long, default_value_t = 1_000_000)]
+    cache_entries: usize,
+    /// Most MiB of distance tables to keep (a 4x4 table is 15.6 MiB).
+    #[arg(long, default_value_t = 64)]
+    table_mib: usize,
+}
+
+impl EngineArgs {
+    fn engine(&self, threads: usize) -> Arc<Engine> {
+        Engine::new(EngineConfig {
+            strategy: self.strategy,
+            cache: CacheConfig {
+                max_entries: self.cache_entries,
+                max_table_bytes: self.table_mib << 20,
+                ..CacheConfig::default()
+            },
+            table_threads: threads,
+            ..EngineConfig::default()
+        })
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -213,29 +248,36 @@ fn solve(args: SolveArgs) -> Result<ExitCode> {
             }
             Ok(())
         };
-    local::solve_in_order(&puzzles, threads, |solved: Solved| -> io::Result<()> {
-        flush_errors(&mut out, &mut entries)?;
-        let Some(Entry::Puzzle { id }) = entries.next() else {
-            unreachable!("one entry per puzzle")
-        };
-        match output {
-            OutputFormat::Classic => {
-                writeln!(
-                    out,
-                    "{}",
-                    classic::format_answer(&solved.solution, args.moves)
-                )
+    let engine = args.engine.engine(threads);
+    local::solve_in_order(
+        &puzzles,
+        threads,
+        &engine,
+        |solved: Solved| -> io::Result<()> {
+            flush_errors(&mut out, &mut entries)?;
+            let Some(Entry::Puzzle { id }) = entries.next() else {
+                unreachable!("one entry per puzzle")
+            };
+            match output {
+                OutputFormat::Classic => {
+                    writeln!(
+                        out,
+                        "{}",
+                        classic::format_answer(&solved.solution, args.moves)
+                    )
+                }
+                OutputFormat::Jsonl => {
+                    let record = jsonl::SolvedRecord::new(
+                        id,
+                        &solved.solution,
+                        solved.method.name(),
+                        solved.elapsed.as_micros() as u64,
+                    );
+                    writeln!(out, "{}", jsonl::to_line(&record))
+                }
             }
-            OutputFormat::Jsonl => {
-                let record = jsonl::SolvedRecord::new(
-                    id,
-                    &solved.solution,
-                    solved.elapsed.as_micros() as u64,
-                );
-                writeln!(out, "{}", jsonl::to_line(&record))
-            }
-        }
-    })?;
+        },
+    )?;
     flush_errors(&mut out, &mut entries)?;
     out.flush()?;
     Ok(if errors == 0 {

@@ -10,12 +10,17 @@
 //! command, the workers and the tests all build on it.
 
 pub mod board;
+pub mod cache;
+pub mod engine;
 pub mod format;
 pub mod generate;
 pub mod moves;
 pub mod rank;
 pub mod search;
+pub mod symmetry;
+pub mod table;
 
 pub use board::{Board, Colour, Puzzle, Size};
+pub use engine::{Answer, Engine, EngineConfig, Method, Solver, Strategy};
 pub use moves::{Move, MoveKind, MoveTable, apply_moves, format_moves, parse_moves};
-pub use search::{BidirSearch, Solution};
+pub use search::{BidirSearch, IdaStar, Solution};

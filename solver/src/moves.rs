@@ -252,6 +252,21 @@ impl MoveTable {
         self.moves[index]
     }
 
+    /// The move numbered `index` on a board of `size` (as [`MoveTable::get`],
+    /// without building a table).
+    pub fn move_at(size: Size, index: usize) -> Move {
+        let window = index / 2;
+        Move {
+            kind: if index % 2 == 1 {
+                MoveKind::Recolour
+            } else {
+                MoveKind::Rotate
+            },
+            row: (window / (size.cols() - 1) + 2) as u8,
+            col: (window % (size.cols() - 1) + 2) as u8,
+        }
+    }
+
     /// The number of `m` on a board of `size`, if its window fits.
     pub fn index_of(size: Size, m: Move) -> Option<usize> {
         if !m.fits(size) {
@@ -386,6 +401,7 @@ mod tests {
                 assert!(Board::from_packed(size, t).is_some());
                 assert_eq!(table.apply_inverse(t, i), s);
                 assert_eq!(MoveTable::index_of(size, table.get(i)), Some(i));
+                assert_eq!(MoveTable::move_at(size, i), table.get(i));
                 s = t;
             }
         }

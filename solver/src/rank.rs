@@ -25,6 +25,27 @@ const fn build_half_table() -> [u16; 1 << 16] {
 
 static HALF: [u16; 1 << 16] = build_half_table();
 
+const fn build_unrank_table() -> [u16; 6561] {
+    let mut table = [0u16; 6561];
+    let mut rank = 0usize;
+    while rank < 6561 {
+        let mut packed = 0usize;
+        let mut rest = rank;
+        let mut cell = 0;
+        while cell < 8 {
+            packed |= (rest % 3) << (2 * cell);
+            rest /= 3;
+            cell += 1;
+        }
+        table[rank] = packed as u16;
+        rank += 1;
+    }
+    table
+}
+
+/// Packed 8-cell halves by their base-3 value.
+static UNRANK_HALF: [u16; 6561] = build_unrank_table();
+
 /// `3^8`, the number of values one half can take.
 const HALF_STATES: u32 = 6561;
 
@@ -36,15 +57,10 @@ pub fn rank(packed: u32) -> usize {
 }
 
 /// The packed board whose rank is `rank` (the inverse of [`rank`]).
-pub fn unrank(mut rank: usize) -> u32 {
-    let mut packed = 0u32;
-    let mut cell = 0;
-    while rank > 0 {
-        packed |= ((rank % 3) as u32) << (2 * cell);
-        rank /= 3;
-        cell += 1;
-    }
-    packed
+#[inline(always)]
+pub fn unrank(rank: usize) -> u32 {
+    let (hi, lo) = (rank / HALF_STATES as usize, rank % HALF_STATES as usize);
+    UNRANK_HALF[lo] as u32 | (UNRANK_HALF[hi] as u32) << 16
 }
 
 #[cfg(test)]

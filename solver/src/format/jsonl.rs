@@ -92,16 +92,19 @@ pub struct SolvedRecord {
     pub moves: i64,
     /// One optimal move sequence (`r22 c34 ...`), empty when there is none.
     pub solution: String,
+    /// What answered it: `cache`, `bidir`, `idastar` or `table`.
+    pub strategy: String,
     /// Time spent solving this case, in microseconds.
     pub time_us: u64,
 }
 
 impl SolvedRecord {
-    pub fn new(id: String, solution: &Solution, time_us: u64) -> SolvedRecord {
+    pub fn new(id: String, solution: &Solution, strategy: &str, time_us: u64) -> SolvedRecord {
         SolvedRecord {
             id,
             moves: solution.answer(),
             solution: solution.notation(),
+            strategy: strategy.to_string(),
             time_us,
         }
     }

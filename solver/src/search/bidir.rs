@@ -230,14 +230,15 @@ fn set_mark(marks: &mut [u64], r: usize, mark: u64) {
     marks[r / 32] |= mark << (2 * (r % 32));
 }
 
+/// Hints the CPU to load `word`'s cache line.
 #[inline(always)]
-fn prefetch(word: &u64) {
+pub(crate) fn prefetch<T>(word: &T) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
         // SAFETY: prefetching is a hint; it never faults, even on a bad address,
         // and this one points into a live slice.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>((word as *const u64).cast::<i8>()) };
+        unsafe { _mm_prefetch::<_MM_HINT_T0>((word as *const T).cast::<i8>()) };
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = word;

@@ -2,8 +2,11 @@
 //! sequence, or [`Solution::Unreachable`].
 
 mod bidir;
+mod idastar;
 
 pub use bidir::BidirSearch;
+pub(crate) use bidir::prefetch;
+pub use idastar::IdaStar;
 
 use crate::moves::{Move, format_moves};
 

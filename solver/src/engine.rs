@@ -1,0 +1,409 @@
+//! Choosing a strategy per puzzle, and sharing what was learnt.
+//!
+//! An [`Engine`] is shared (in an `Arc`) by all solver threads of a process:
+//! it holds the configuration, the solution cache, the distance tables and
+//! the count of puzzles announced per target. Each thread owns a [`Solver`]
+//! with its own search buffers and asks the engine before and after every
+//! search.
+//!
+//! `auto` decides per puzzle: a cached answer if there is one; a distance
+//! table if one is built for the puzzle's (canonical) target, or if enough
+//! puzzles with that target were announced for a table to pay for itself
+//! ([`break_even`]); otherwise the bidirectional search. A puzzle whose
+//! target is not worth a table never waits for one.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use dashmap::DashMap;
+
+use crate::board::{Board, Puzzle, Size};
+use crate::cache::{self, CacheConfig, CacheStats, SolutionCache, TableCache, TableKey};
+use crate::moves::{Move, MoveTable};
+use crate::search::{BidirSearch, IdaStar, Solution};
+use crate::symmetry::{Symmetry, canonical};
+
+/// How to solve: chosen by the user.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// Cache, then a table where it pays, else bidirectional search.
+    #[default]
+    Auto,
+    Bidir,
+    IdaStar,
+    /// A distance table per target, built on first use.
+    Table,
+}
+
+impl Strategy {
+    pub const ALL: [Strategy; 4] = [
+        Strategy::Auto,
+        Strategy::Bidir,
+        Strategy::IdaStar,
+        Strategy::Table,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Auto => "auto",
+            Strategy::Bidir => "bidir",
+            Strategy::IdaStar => "idastar",
+            Strategy::Table => "table",
+        }
+    }
+}
+
+impl std::fmt::Display for Strategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Strategy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Strategy, String> {
+        Strategy::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| {
+                format!("unknown strategy {s:?}: expected auto, bidir, idastar or table")
+            })
+    }
+}
+
+/// What actually produced an answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Method {
+    Cache,
+    Bidir,
+    IdaStar,
+    Table,
+}
+
+impl Method {
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Cache => "cache",
+            Method::Bidir => "bidir",
+            Method::IdaStar => "idastar",
+            Method::Table => "table",
+        }
+    }
+}
+
+impl std::fmt::Display for Method {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An answer and how it was found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answer {
+    pub solution: Solution,
+    pub method: Method,
+}
+
+/// How many puzzles must share a target before building its distance table
+/// beats solving them one by one with the bidirectional search: the table's
+/// build time divided by the time it saves per puzzle. Measured on the
+/// development machine with `colball bench --strategies` (one thread; see
+/// docs/PERFORMANCE.md); a table for 2x2 costs next to nothing but neither
+/// does a search.
+pub fn break_even(size: Size) -> u64 {
+    match size.cells() {
+        0..=6 => 400,
+        8 => 300,
+        9 => 200,
+        12 => 800,
+        _ => 2_500,
+    }
+}
+
+/// Settings of an [`Engine`].
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub strategy: Strategy,
+    pub cache: CacheConfig,
+    /// Threads a table build may use (the threads that would otherwise wait
+    /// for it).
+    pub table_threads: usize,
+    /// Boards with fewer cells skip the solution cache: solving them is
+    /// cheaper than finding their canonical form.
+    pub min_cache_cells: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> EngineConfig {
+        EngineConfig {
+            strategy: Strategy::Auto,
+            cache: CacheConfig::default(),
+            table_threads: 1,
+            min_cache_cells: 9,
+        }
+    }
+}
+
+/// State shared by all solver threads of a process.
+#[derive(Debug)]
+pub struct Engine {
+    config: EngineConfig,
+    solutions: SolutionCache,
+    tables: TableCache,
+    /// Puzzles announced per canonical target.
+    demand: DashMap<TableKey, u64>,
+    solved: [AtomicU64; 4],
+}
+
+impl Engine {
+    pub fn new(config: EngineConfig) -> Arc<Engine> {
+        Arc::new(Engine {
+            solutions: SolutionCache::new(&config.cache),
+            tables: TableCache::new(&config.cache),
+            config,
+            demand: DashMap::new(),
+            solved: Default::default(),
+        })
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Tells the engine about puzzles it is about to solve, so that `auto`
+    /// can see which targets many of them share. Call it with each batch (or
+    /// each chunk of a stream) before solving it.
+    pub fn announce<'a>(&self, puzzles: impl IntoIterator<Item = &'a Puzzle>) {
+        if self.config.strategy != Strategy::Auto {
+            return;
+        }
+        for p in puzzles {
+            let (target, _) = canonical_target(p.target());
+            *self.demand.entry(table_key(target)).or_insert(0) += 1;
+        }
+    }
+
+    /// Cache counters.
+    pub fn stats(&self) -> CacheStats {
+        cache::stats(&self.solutions, &self.tables)
+    }
+
+    /// Puzzles answered so far by each method: cache, bidir, idastar, table.
+    pub fn solved_by(&self) -> [(Method, u64); 4] {
+        [Method::Cache, Method::Bidir, Method::IdaStar, Method::Table]
+            .map(|m| (m, self.solved[m as usize].load(Relaxed)))
+    }
+}
+
+fn table_key(target: Board) -> TableKey {
+    TableKey {
+        size: target.size(),
+        target: target.packed(),
+    }
+}
+
+/// The canonical form of a target under the symmetries that keep it a
+/// target, and the symmetry that gives it.
+fn canonical_target(target: Board) -> (Board, Symmetry) {
+    Symmetry::target_preserving()
+        .map(|sym| (sym.board(target), sym))
+        .min_by_key(|(b, _)| (b.size(), b.packed()))
+        .expect("there is always the identity")
+}
+
+fn to_indices(size: Size, path: &[Move]) -> Vec<u8> {
+    path.iter()
+        .map(|&m| MoveTable::index_of(size, m).expect("solutions use moves of their size") as u8)
+        .collect()
+}
+
+fn to_moves(size: Size, path: &[u8]) -> Vec<Move> {
+    path.iter()
+        .map(|&i| MoveTable::move_at(size, i as usize))
+        .collect()
+}
+
+/// One thread's solver: its own search buffers, the shared engine.
+#[derive(Debug)]
+pub struct Solver {
+    engine: Arc<Engine>,
+    bidir: BidirSearch,
+    ida: IdaStar,
+}
+
+impl Solver {
+    pub fn new(engine: Arc<Engine>) -> Solver {
+        Solver {
+            engine,
+            bidir: BidirSearch::new(),
+            ida: IdaStar::new(),
+        }
+    }
+
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// Solves with the engine's strategy.
+    pub fn solve(&mut self, puzzle: &Puzzle) -> Answer {
+        let strategy = self.engine.config.strategy;
+        self.solve_with(puzzle, strategy)
+    }
+
+    /// Solves with `strategy`, using and feeding the shared caches.
+    pub fn solve_with(&mut self, puzzle: &Puzzle, strategy: Strategy) -> Answer {
+        let size = puzzle.size();
+        let engine = Arc::clone(&self.engine);
+        let cached = engine.solutions.enabled() && size.cells() >= engine.config.min_cache_cells;
+        let key = cached.then(|| canonical(puzzle, Symmetry::all()));
+        if let Some((key, sym)) = &key {
+            if let Some(path) = engine.solutions.get(key) {
+                let solution = match path {
+                    Some(p) => Solution::Solved(to_moves(size, &sym.path_back(size, &p))),
+                    None => Solution::Unreachable,
+                };
+                return self.answered(solution, Method::Cache);
+            }
+        }
+        let (solution, method) = match strategy {
+            Strategy::Bidir => (self.bidir.solve(puzzle), Method::Bidir),
+            Strategy::IdaStar => (self.ida.solve(puzzle), Method::IdaStar),
+            Strategy::Table => (self.via_table(puzzle, true), Method::Table),
+            Strategy::Auto => {
+                let (target, _) = canonical_target(puzzle.target());
+                let wanted = engine
+                    .demand
+                    .get(&table_key(target))
+                    .is_some_and(|n| *n >= break_even(size));
+                match self.try_table(puzzle, wanted) {
+                    Some(solution) => (solution, Method::Table),
+                    None => (self.bidir.solve(puzzle), Method::Bidir),
+                }
+            }
+        };
+        if let Some((key, sym)) = key {
+            let path = solution
+                .path()
+                .map(|p| Arc::from(sym.path_forward(size, &to_indices(size, p))));
+            engine.solutions.insert(key, path);
+        }
+        self.answered(solution, method)
+    }
+
+    fn answered(&self, solution: Solution, method: Method) -> Answer {
+        self.engine.solved[method as usize].fetch_add(1, Relaxed);
+        Answer { solution, method }
+    }
+
+    fn via_table(&mut self, puzzle: &Puzzle, build: bool) -> Solution {
+        self.try_table(puzzle, build)
+            .expect("a table is built when asked to")
+    }
+
+    /// Solves through the table of the puzzle's canonical target: one that
+    /// exists, or (with `build`) one built now.
+    fn try_table(&mut self, puzzle: &Puzzle, build: bool) -> Option<Solution> {
+        let (target, sym) = canonical_target(puzzle.target());
+        let tables = &self.engine.tables;
+        let table = if build {
+            tables.get_or_build(target, self.engine.config.table_threads)
+        } else {
+            tables.get(target)?
+        };
+        let turned = sym.puzzle(puzzle);
+        let solution = table.solve(&turned);
+        Some(match solution.path() {
+            Some(p) => {
+                let size = turned.size();
+                let back = sym.path_back(puzzle.size(), &to_indices(size, p));
+                Solution::Solved(to_moves(puzzle.size(), &back))
+            }
+            None => Solution::Unreachable,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::generate::Generator;
+
+    fn check(p: &Puzzle, a: &Answer, expected: Option<usize>) {
+        assert_eq!(a.solution.distance(), expected, "{p:?} by {}", a.method);
+        if let Some(path) = a.solution.path() {
+            assert_eq!(crate::apply_moves(p.start(), path).unwrap(), p.target());
+        }
+    }
+
+    #[test]
+    fn every_strategy_agrees_and_repeats_come_from_the_cache() {
+        let mut g = Generator::new(21);
+        let mut reference = BidirSearch::new();
+        for strategy in Strategy::ALL {
+            let engine = Engine::new(EngineConfig {
+                strategy,
+                ..EngineConfig::default()
+            });
+            let mut solver = Solver::new(engine.clone());
+            for size in Size::ALL.into_iter().filter(|s| s.cells() <= 12) {
+                for _ in 0..20 {
+                    let p = g.uniform(size);
+                    let expected = reference.solve(&p).distance();
+                    let first = solver.solve(&p);
+                    check(&p, &first, expected);
+                    let again = solver.solve(&p);
+                    check(&p, &again, expected);
+                    if size.cells() >= 9 {
+                        assert_eq!(again.method, Method::Cache);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn equivalent_puzzles_hit_one_entry_and_paths_map_back() {
+        let mut g = Generator::new(22);
+        let engine = Engine::new(EngineConfig::default());
+        let mut solver = Solver::new(engine.clone());
+        let mut reference = BidirSearch::new();
+        for size in [Size::new(3, 4).unwrap(), Size::new(3, 3).unwrap()] {
+            let p = g.uniform(size);
+            solver.solve(&p);
+            for sym in Symmetry::all() {
+                let q = sym.puzzle(&p);
+                let a = solver.solve(&q);
+                assert_eq!(a.method, Method::Cache, "{sym:?}");
+                check(&q, &a, reference.solve(&q).distance());
+            }
+        }
+    }
+
+    #[test]
+    fn auto_uses_a_table_only_for_announced_shared_targets() {
+        let size = Size::new(3, 3).unwrap();
+        let mut g = Generator::new(23);
+        let engine = Engine::new(EngineConfig {
+            cache: CacheConfig {
+                max_entries: 0,
+                ..CacheConfig::default()
+            },
+            ..EngineConfig::default()
+        });
+        let mut solver = Solver::new(engine.clone());
+        let target = g.board(size);
+        let shared: Vec<Puzzle> = (0..break_even(size) as usize)
+            .map(|_| Puzzle::new(g.board(size), target).unwrap())
+            .collect();
+        let lone = g.uniform(size);
+        engine.announce(shared.iter().chain([&lone]));
+        let mut reference = BidirSearch::new();
+        for p in &shared[..20] {
+            let a = solver.solve(p);
+            assert_eq!(a.method, Method::Table);
+            check(p, &a, reference.solve(p).distance());
+        }
+        assert_eq!(solver.solve(&lone).method, Method::Bidir);
+        assert_eq!(engine.stats().table_builds, 1);
+    }
+}
