@@ -127,7 +127,10 @@ mod tests {
         let e = puzzle_from_wire(&wire).unwrap_err();
         assert_eq!(e.field, "target");
         let text = e.to_string();
-        assert!(text.contains("p7") && text.contains("row 2, column 2"), "{text}");
+        assert!(
+            text.contains("p7") && text.contains("row 2, column 2"),
+            "{text}"
+        );
 
         let missing = v1::Puzzle {
             id: "m".into(),

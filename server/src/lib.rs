@@ -1,1 +1,29 @@
-//! Coordinator and worker of the colball cluster (filled in by the cluster work).
+//! The colball cluster: a [`coordinator`] that spreads puzzle batches over
+//! [`worker`] processes over gRPC, with results streaming back to clients.
+//!
+//! - [`coordinator`]: the client-facing `Solver` service and the
+//!   worker-facing `Workers` service; admission, credit-based dispatch,
+//!   failure handling, the result cache;
+//! - [`worker`]: dials the coordinator, solves on a dedicated thread pool;
+//! - [`cache`]: the bounded result cache both use;
+//! - [`http`]: the coordinator's plain-HTTP health and metrics endpoint;
+//! - [`shutdown`], [`telemetry`]: one shutdown path (Ctrl-C and SIGTERM) and
+//!   tracing setup for the binary;
+//! - [`testing`]: an in-process cluster on loopback for tests and benchmarks.
+//!
+//! The binary (`src/main.rs`) only parses flags into the `Config` structs
+//! here, binds the listener and calls `run`.
+//!
+//! How it all fits together, and what happens when things fail, is in
+//! `docs/CLUSTER.md`.
+
+pub mod cache;
+pub mod coordinator;
+pub mod error;
+pub mod http;
+pub mod shutdown;
+pub mod telemetry;
+pub mod testing;
+pub mod worker;
+
+pub use error::ServerError;

@@ -1,0 +1,82 @@
+//! A bounded, concurrent cache of solved puzzles.
+//!
+//! The coordinator answers a puzzle it has solved before without dispatch,
+//! and a worker's solver threads share one so a repeated puzzle is solved
+//! once per worker. Answers are exact, so entries never go stale; when the
+//! cache is full, new answers are simply not kept (memory stays bounded and
+//! nothing is evicted under a reader's feet).
+
+use colball_solver::Puzzle;
+use dashmap::DashMap;
+
+/// A solved puzzle as the cluster reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answer {
+    pub moves: i64,
+    pub solution: String,
+    pub strategy: String,
+    pub worker: String,
+}
+
+/// Puzzle -> answer, holding at most `capacity` entries.
+#[derive(Debug)]
+pub struct ResultCache {
+    map: DashMap<Puzzle, Answer>,
+    capacity: usize,
+}
+
+impl ResultCache {
+    /// A cache of at most `capacity` entries; 0 turns it off.
+    pub fn new(capacity: usize) -> ResultCache {
+        ResultCache {
+            map: DashMap::new(),
+            capacity,
+        }
+    }
+
+    pub fn get(&self, puzzle: &Puzzle) -> Option<Answer> {
+        self.map.get(puzzle).map(|a| a.clone())
+    }
+
+    /// Keeps `answer` unless the cache is full.
+    pub fn insert(&self, puzzle: Puzzle, answer: Answer) {
+        if self.map.len() < self.capacity {
+            self.map.insert(puzzle, answer);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use colball_solver::Size;
+    use colball_solver::generate::Generator;
+
+    #[test]
+    fn holds_at_most_capacity() {
+        let cache = ResultCache::new(2);
+        let mut g = Generator::new(1);
+        let size = Size::new(3, 3).unwrap();
+        let puzzles: Vec<_> = (0..3).map(|_| g.uniform(size)).collect();
+        let answer = Answer {
+            moves: 1,
+            solution: "r22".into(),
+            strategy: "bidir".into(),
+            worker: "w".into(),
+        };
+        for p in &puzzles {
+            cache.insert(*p, answer.clone());
+        }
+        assert_eq!(cache.len(), 2);
+        assert_eq!(cache.get(&puzzles[0]), Some(answer));
+        assert_eq!(cache.get(&puzzles[2]), None);
+    }
+}

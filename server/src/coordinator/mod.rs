@@ -1,0 +1,578 @@
+//! The coordinator: serves clients (`colball.v1.Solver`) and workers
+//! (`colball.v1.Workers`) on one gRPC listener.
+//!
+//! A batch is parsed (bad puzzles become error results at once), answered
+//! from the result cache where possible, and the rest admitted into
+//! [`state::State`], which hands tasks to workers as their credit allows. A
+//! task per batch streams results back through a bounded channel; when the
+//! client goes away or its deadline passes, that task's guard cancels the
+//! batch's queued and running work.
+//!
+//! Workers are lost when their stream breaks or after `missed_heartbeats`
+//! heartbeat intervals of silence; their tasks go back to the front of the
+//! queue (at most `max_attempts` dispatches per task).
+
+pub mod state;
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use colball_proto::v1::solver_server::{Solver, SolverServer};
+use colball_proto::v1::workers_server::{Workers, WorkersServer};
+use colball_proto::v1::{self, coordinator_message, puzzle_result, worker_message};
+use colball_proto::{PROTOCOL_VERSION, puzzle_from_wire};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::Stream;
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::cache::ResultCache;
+use crate::error::ServerError;
+use state::{BatchEvent, Limits, NewTask, Snapshot, State};
+
+/// Coordinator settings. `Config::default()` suits one machine.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Most puzzles admitted and not yet answered, over all clients.
+    pub max_pending: usize,
+    /// Most puzzles in one request.
+    pub max_batch: usize,
+    /// Dispatches of one puzzle before it gets an error result.
+    pub max_attempts: u32,
+    /// Tasks a worker may hold per slot: 2 lets each solver thread have the
+    /// next puzzle at hand while it solves one, so no thread idles for a
+    /// network round trip; a slow worker still holds only twice its slots.
+    pub credit_per_slot: u32,
+    /// Most tasks in one assignment message.
+    pub max_chunk: usize,
+    /// How often workers send heartbeats.
+    pub heartbeat_interval: Duration,
+    /// Heartbeat intervals of silence after which a worker is lost.
+    pub missed_heartbeats: u32,
+    /// How long a request waits for a first worker before UNAVAILABLE.
+    pub worker_grace: Duration,
+    /// Entries of the result cache (0 turns it off).
+    pub cache_capacity: usize,
+    /// Time for in-flight requests to finish after shutdown begins.
+    pub drain_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            max_pending: 1_000_000,
+            max_batch: 200_000,
+            max_attempts: 3,
+            credit_per_slot: 2,
+            max_chunk: 64,
+            heartbeat_interval: Duration::from_secs(1),
+            missed_heartbeats: 3,
+            worker_grace: Duration::from_secs(10),
+            cache_capacity: 1_000_000,
+            drain_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// State shared by both services and the housekeeping task.
+#[derive(Debug)]
+pub struct Shared {
+    config: Config,
+    state: Mutex<State>,
+    cache: ResultCache,
+    workers: watch::Sender<usize>,
+    shutdown: CancellationToken,
+}
+
+impl Shared {
+    fn new(config: Config, shutdown: CancellationToken) -> Arc<Shared> {
+        let limits = Limits {
+            max_pending: config.max_pending,
+            max_attempts: config.max_attempts,
+            credit_per_slot: config.credit_per_slot.max(1),
+            max_chunk: config.max_chunk.max(1),
+        };
+        Arc::new(Shared {
+            state: Mutex::new(State::new(limits, Instant::now())),
+            cache: ResultCache::new(config.cache_capacity),
+            workers: watch::channel(0).0,
+            config,
+            shutdown,
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic under the lock would leave the books half-written; there
+        // is no safe way on, so stop loudly rather than serve wrong results.
+        self.state.lock().unwrap_or_else(|_| {
+            tracing::error!("coordinator state poisoned; aborting");
+            std::process::abort()
+        })
+    }
+
+    fn publish_workers(&self, count: usize) {
+        self.workers.send_replace(count);
+    }
+
+    /// A metrics snapshot (also used by the HTTP endpoint).
+    pub fn snapshot(&self) -> (Snapshot, usize) {
+        (self.state().snapshot(), self.cache.len())
+    }
+}
+
+/// Serves until `shutdown` is cancelled, then ends every stream and waits
+/// up to `drain_timeout` for connections to close.
+pub async fn run(
+    listener: TcpListener,
+    config: Config,
+    shutdown: CancellationToken,
+) -> Result<(), tonic::transport::Error> {
+    let shared = Shared::new(config, shutdown.clone());
+    serve(listener, shared, shutdown).await
+}
+
+/// Like [`run`], with a handle on the shared state (for the HTTP endpoint).
+pub fn start(config: Config, shutdown: CancellationToken) -> Arc<Shared> {
+    Shared::new(config, shutdown)
+}
+
+/// Serves the services of `shared` on `listener` until `shutdown`.
+pub async fn serve(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+) -> Result<(), tonic::transport::Error> {
+    let addr = listener.local_addr().ok();
+    tracing::info!(?addr, "coordinator listening");
+    let housekeeping = tokio::spawn(housekeeping(shared.clone()));
+    let drain_timeout = shared.config.drain_timeout;
+    let closer = {
+        let shared = shared.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            shutdown.cancelled().await;
+            tracing::info!("coordinator shutting down");
+            shared.state().close_all(&ServerError::ShuttingDown.into());
+            shared.publish_workers(0);
+        }
+    };
+    let server = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(10)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .add_service(SolverServer::new(SolverService {
+            shared: shared.clone(),
+        }))
+        .add_service(WorkersServer::new(WorkersService {
+            shared: shared.clone(),
+        }))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), closer);
+    tokio::pin!(server);
+    let result = tokio::select! {
+        r = &mut server => r,
+        () = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep(drain_timeout).await;
+        } => {
+            tracing::warn!("drain timeout passed; closing remaining connections");
+            Ok(())
+        }
+    };
+    housekeeping.abort();
+    result
+}
+
+/// Declares silent workers lost and fails batches left without workers.
+async fn housekeeping(shared: Arc<Shared>) {
+    let interval = shared.config.heartbeat_interval;
+    let timeout = interval * shared.config.missed_heartbeats.max(1);
+    let mut tick = tokio::time::interval((interval / 2).max(Duration::from_millis(10)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let now = Instant::now();
+        let mut state = shared.state();
+        for w in state.silent_workers(now, timeout) {
+            state.lose_worker(w, "missed heartbeats", now);
+        }
+        state.fail_if_no_workers(now, shared.config.worker_grace);
+        let count = state.worker_count();
+        drop(state);
+        shared.publish_workers(count);
+    }
+}
+
+type ResultStream = Pin<Box<dyn Stream<Item = Result<v1::PuzzleResult, Status>> + Send>>;
+type SessionStream = Pin<Box<dyn Stream<Item = Result<v1::CoordinatorMessage, Status>> + Send>>;
+
+/// The client-facing service.
+#[derive(Debug)]
+struct SolverService {
+    shared: Arc<Shared>,
+}
+
+/// Cancels a batch's remaining work when dropped: when its stream ends, the
+/// client disconnects, or a unary call is abandoned.
+struct BatchGuard {
+    shared: Arc<Shared>,
+    batch: Option<u64>,
+}
+
+impl Drop for BatchGuard {
+    fn drop(&mut self) {
+        if let Some(batch) = self.batch {
+            self.shared.state().cancel_batch(batch);
+        }
+    }
+}
+
+/// A batch after parsing and the cache: results known now, and the channel
+/// the rest arrive on.
+struct Admitted {
+    ready: Vec<v1::PuzzleResult>,
+    rx: mpsc::Receiver<BatchEvent>,
+    total: usize,
+    guard: BatchGuard,
+}
+
+impl SolverService {
+    async fn admit(&self, puzzles: Vec<v1::Puzzle>) -> Result<Admitted, ServerError> {
+        let shared = &self.shared;
+        if shared.shutdown.is_cancelled() {
+            return Err(ServerError::ShuttingDown);
+        }
+        if puzzles.len() > shared.config.max_batch {
+            return Err(ServerError::BatchTooLarge {
+                batch: puzzles.len(),
+                limit: shared.config.max_batch,
+            });
+        }
+        let total = puzzles.len();
+        let mut ready = Vec::new();
+        let mut tasks = Vec::new();
+        for (index, wire) in puzzles.into_iter().enumerate() {
+            let index = index as u64;
+            match puzzle_from_wire(&wire) {
+                Err(e) => ready.push(v1::PuzzleResult::invalid(index, &e)),
+                Ok(puzzle) => match shared.cache.get(&puzzle) {
+                    Some(a) => ready.push(v1::PuzzleResult {
+                        id: wire.id,
+                        index,
+                        outcome: Some(puzzle_result::Outcome::Solved(v1::Solved {
+                            moves: a.moves,
+                            solution: a.solution,
+                            strategy: a.strategy,
+                            worker: a.worker,
+                            time_us: 0,
+                            cached: true,
+                        })),
+                    }),
+                    None => tasks.push(NewTask {
+                        index,
+                        id: wire.id,
+                        puzzle,
+                    }),
+                },
+            }
+        }
+        if !tasks.is_empty() {
+            self.wait_for_a_worker().await?;
+        }
+        let (tx, rx) = mpsc::channel(tasks.len().max(1));
+        let batch = if tasks.is_empty() {
+            None
+        } else {
+            Some(shared.state().admit(tasks, tx)?)
+        };
+        Ok(Admitted {
+            ready,
+            rx,
+            total,
+            guard: BatchGuard {
+                shared: shared.clone(),
+                batch,
+            },
+        })
+    }
+
+    /// Waits up to the grace period for a first worker.
+    async fn wait_for_a_worker(&self) -> Result<(), ServerError> {
+        let grace = self.shared.config.worker_grace;
+        let mut workers = self.shared.workers.subscribe();
+        if self.shared.state().worker_count() > 0 {
+            return Ok(());
+        }
+        match tokio::time::timeout(grace, workers.wait_for(|n| *n > 0)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err(ServerError::ShuttingDown),
+            Err(_) => Err(ServerError::NoWorkers { waited: grace }),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Solver for SolverService {
+    async fn solve(
+        &self,
+        request: Request<v1::SolveRequest>,
+    ) -> Result<Response<v1::PuzzleResult>, Status> {
+        // tonic drops this future when the deadline passes; the guard then
+        // cancels the work.
+        let puzzle = request
+            .into_inner()
+            .puzzle
+            .ok_or(ServerError::MissingPuzzle)?;
+        if let Err(e) = puzzle_from_wire(&puzzle) {
+            return Err(ServerError::from(e).into());
+        }
+        let mut admitted = self.admit(vec![puzzle]).await?;
+        if let Some(result) = admitted.ready.pop() {
+            return Ok(Response::new(result));
+        }
+        match admitted.rx.recv().await {
+            Some(Ok(result)) => Ok(Response::new(result)),
+            Some(Err(status)) => Err(status),
+            None => Err(ServerError::ShuttingDown.into()),
+        }
+    }
+
+    type SolveBatchStream = ResultStream;
+
+    async fn solve_batch(
+        &self,
+        request: Request<v1::SolveBatchRequest>,
+    ) -> Result<Response<ResultStream>, Status> {
+        let deadline = grpc_timeout(request.metadata()).map(|t| tokio::time::Instant::now() + t);
+        let request = request.into_inner();
+        let admitted = self.admit(request.puzzles).await?;
+        tracing::debug!(
+            puzzles = admitted.total,
+            ready = admitted.ready.len(),
+            "batch admitted"
+        );
+        let (tx, rx) = mpsc::channel(256);
+        tokio::spawn(forward(admitted, request.ordered, deadline, tx));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// Streams a batch's results to its client, in input order if asked. Ends
+/// (and so cancels the remaining work through the guard) when every result
+/// is sent, the client goes away, or the deadline passes.
+async fn forward(
+    admitted: Admitted,
+    ordered: bool,
+    deadline: Option<tokio::time::Instant>,
+    tx: mpsc::Sender<Result<v1::PuzzleResult, Status>>,
+) {
+    let Admitted {
+        ready,
+        mut rx,
+        total,
+        guard,
+    } = admitted;
+    let mut held = BTreeMap::new();
+    let mut next = 0u64;
+    let mut sent = 0usize;
+    let expire = async {
+        match deadline {
+            Some(d) => tokio::time::sleep_until(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(expire);
+    let mut incoming = ready.into_iter().map(Ok).collect::<Vec<_>>();
+    incoming.reverse();
+    while sent < total {
+        let event = match incoming.pop() {
+            Some(event) => event,
+            None => tokio::select! {
+                event = rx.recv() => match event {
+                    Some(event) => event,
+                    None => Err(ServerError::ShuttingDown.into()),
+                },
+                () = tx.closed() => {
+                    tracing::debug!("client went away; cancelling its batch");
+                    break;
+                }
+                () = &mut expire => Err(ServerError::DeadlineExceeded.into()),
+            },
+        };
+        let result = match event {
+            Ok(result) => result,
+            Err(status) => {
+                let _ = tx.send(Err(status)).await;
+                break;
+            }
+        };
+        let out: Vec<_> = if ordered {
+            held.insert(result.index, result);
+            let mut out = Vec::new();
+            while let Some(r) = held.remove(&next) {
+                next += 1;
+                out.push(r);
+            }
+            out
+        } else {
+            vec![result]
+        };
+        for r in out {
+            sent += 1;
+            if tx.send(Ok(r)).await.is_err() {
+                tracing::debug!("client went away; cancelling its batch");
+                drop(guard);
+                return;
+            }
+        }
+    }
+    drop(guard);
+}
+
+/// Reads the `grpc-timeout` header (`<digits><unit>`, unit one of H M S m u n).
+fn grpc_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
+    let text = metadata.get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// The worker-facing service.
+#[derive(Debug)]
+struct WorkersService {
+    shared: Arc<Shared>,
+}
+
+#[tonic::async_trait]
+impl Workers for WorkersService {
+    type SessionStream = SessionStream;
+
+    async fn session(
+        &self,
+        request: Request<Streaming<v1::WorkerMessage>>,
+    ) -> Result<Response<SessionStream>, Status> {
+        let peer = request.remote_addr();
+        let mut inbound = request.into_inner();
+        let first = tokio::time::timeout(Duration::from_secs(10), inbound.message())
+            .await
+            .map_err(|_| ServerError::BadSession("no register message within 10s".into()))?
+            .map_err(|s| ServerError::BadSession(s.message().to_string()))?;
+        let Some(v1::WorkerMessage {
+            kind: Some(worker_message::Kind::Register(register)),
+        }) = first
+        else {
+            return Err(
+                ServerError::BadSession("the first message must be register".into()).into(),
+            );
+        };
+        if register.protocol_version != PROTOCOL_VERSION {
+            tracing::warn!(?peer, name = %register.name, version = register.protocol_version, "worker refused: protocol version mismatch");
+            return Err(ServerError::VersionMismatch {
+                worker: register.protocol_version,
+                coordinator: PROTOCOL_VERSION,
+            }
+            .into());
+        }
+        if register.slots == 0 {
+            return Err(
+                ServerError::BadSession("register: slots must be at least 1".into()).into(),
+            );
+        }
+        let shared = self.shared.clone();
+        // Room for a full credit of assignments (one task per message at
+        // worst), cancels and the greeting; try_send never finds it full
+        // unless the worker stops reading.
+        let capacity = (register.slots * shared.config.credit_per_slot.max(1)) as usize * 2 + 64;
+        let (tx, rx) = mpsc::channel(capacity);
+        let name = if register.name.is_empty() {
+            "worker".to_string()
+        } else {
+            register.name.clone()
+        };
+        let greeting = v1::CoordinatorMessage {
+            kind: Some(coordinator_message::Kind::Registered(v1::Registered {
+                worker_id: String::new(),
+                heartbeat_interval_ms: shared.config.heartbeat_interval.as_millis() as u32,
+            })),
+        };
+        // The greeting goes first, before any assignment.
+        tx.try_send(Ok(greeting))
+            .map_err(|_| ServerError::BadSession("worker stream closed at once".into()))?;
+        let (worker, count) = {
+            let mut state = shared.state();
+            let worker = state.add_worker(name.clone(), register.slots, tx, Instant::now());
+            (worker, state.worker_count())
+        };
+        shared.publish_workers(count);
+        tracing::info!(?peer, %name, slots = register.slots, worker, "worker joined");
+        tokio::spawn(session_loop(shared, worker, inbound));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// Reads one worker's messages until its stream ends or it is lost.
+async fn session_loop(shared: Arc<Shared>, worker: u64, mut inbound: Streaming<v1::WorkerMessage>) {
+    let reason = loop {
+        let message = tokio::select! {
+            m = inbound.message() => m,
+            () = shared.shutdown.cancelled() => break "coordinator shutting down",
+        };
+        let message = match message {
+            Ok(Some(m)) => m,
+            Ok(None) => break "left",
+            Err(_) => break "stream broken",
+        };
+        let mut state = shared.state();
+        if !state.has_worker(worker) {
+            break "already lost";
+        }
+        state.touch(worker, Instant::now());
+        match message.kind {
+            Some(worker_message::Kind::Heartbeat(_)) | None => {}
+            Some(worker_message::Kind::Draining(_)) => {
+                tracing::info!(worker, "worker draining");
+                state.drain_worker(worker);
+            }
+            Some(worker_message::Kind::Result(result)) => {
+                if let Err(e) = state.on_result(worker, result, &shared.cache) {
+                    tracing::warn!(worker, error = %e, "bad message from worker");
+                }
+            }
+            Some(worker_message::Kind::Register(_)) => {
+                tracing::warn!(worker, "worker registered twice; ignored");
+            }
+        }
+    };
+    let count = {
+        let mut state = shared.state();
+        state.lose_worker(worker, reason, Instant::now());
+        state.worker_count()
+    };
+    shared.publish_workers(count);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_parse() {
+        let mut m = tonic::metadata::MetadataMap::new();
+        m.insert("grpc-timeout", "250m".parse().unwrap());
+        assert_eq!(grpc_timeout(&m), Some(Duration::from_millis(250)));
+        m.insert("grpc-timeout", "3S".parse().unwrap());
+        assert_eq!(grpc_timeout(&m), Some(Duration::from_secs(3)));
+        m.insert("grpc-timeout", "x".parse().unwrap());
+        assert_eq!(grpc_timeout(&m), None);
+    }
+}

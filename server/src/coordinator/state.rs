@@ -1,0 +1,638 @@
+//! The coordinator's bookkeeping: admitted batches, queued and in-flight
+//! tasks, registered workers and their credit.
+//!
+//! Everything here is synchronous and runs under one mutex held only for
+//! short, non-blocking steps (messages leave through `try_send` on bounded
+//! channels sized so they cannot fill in normal operation). That keeps the
+//! invariants in one place and lets unit tests drive it without a network:
+//!
+//! - every admitted task is in exactly one of: the queue, one worker's
+//!   in-flight set, or done (removed from `tasks`);
+//! - a worker holds at most `slots * credit_per_slot` tasks;
+//! - a task's result reaches its batch at most once: the first result
+//!   removes the task, later ones (from a re-dispatch) find nothing;
+//! - a task is dispatched at most `max_attempts` times; after that it gets
+//!   an error result.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use colball_proto::v1::{self, coordinator_message, puzzle_result};
+use colball_solver::Puzzle;
+use tokio::sync::mpsc;
+use tonic::Status;
+
+use crate::cache::{Answer, ResultCache};
+use crate::error::ServerError;
+
+/// What a batch's stream receives: a result, or the status that ends it.
+pub type BatchEvent = Result<v1::PuzzleResult, Status>;
+/// What a worker's session stream sends.
+pub type WorkerTx = mpsc::Sender<Result<v1::CoordinatorMessage, Status>>;
+
+/// One puzzle to dispatch.
+#[derive(Debug)]
+pub struct NewTask {
+    pub index: u64,
+    pub id: String,
+    pub puzzle: Puzzle,
+}
+
+#[derive(Debug)]
+struct Task {
+    batch: u64,
+    index: u64,
+    id: String,
+    puzzle: Puzzle,
+    attempts: u32,
+    worker: Option<u64>,
+}
+
+#[derive(Debug)]
+struct Batch {
+    tx: mpsc::Sender<BatchEvent>,
+    tasks: Vec<u64>,
+    remaining: usize,
+}
+
+#[derive(Debug)]
+struct Worker {
+    name: String,
+    slots: u32,
+    in_flight: HashSet<u64>,
+    tx: WorkerTx,
+    last_seen: Instant,
+    draining: bool,
+}
+
+/// Limits the state enforces.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    pub max_pending: usize,
+    pub max_attempts: u32,
+    pub credit_per_slot: u32,
+    pub max_chunk: usize,
+}
+
+/// Counters for metrics and logs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counters {
+    pub solved: u64,
+    pub failed: u64,
+    pub redispatched: u64,
+    pub workers_lost: u64,
+    pub cancelled: u64,
+}
+
+/// A snapshot for the metrics endpoint.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub workers: usize,
+    pub slots: u64,
+    pub queued: usize,
+    pub in_flight: usize,
+    pub pending: usize,
+    pub batches: usize,
+    pub counters: Counters,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct State {
+    limits: Limits,
+    next_id: u64,
+    queue: VecDeque<u64>,
+    tasks: HashMap<u64, Task>,
+    batches: HashMap<u64, Batch>,
+    workers: BTreeMap<u64, Worker>,
+    /// When the last worker left (or the coordinator started), while none
+    /// is registered.
+    no_workers_since: Option<Instant>,
+    counters: Counters,
+}
+
+impl State {
+    pub fn new(limits: Limits, now: Instant) -> State {
+        State {
+            limits,
+            next_id: 1,
+            queue: VecDeque::new(),
+            tasks: HashMap::new(),
+            batches: HashMap::new(),
+            workers: BTreeMap::new(),
+            no_workers_since: Some(now),
+            counters: Counters::default(),
+        }
+    }
+
+    fn fresh_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    pub fn worker_count(&self) -> usize {
+        self.workers.len()
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            workers: self.workers.len(),
+            slots: self.workers.values().map(|w| u64::from(w.slots)).sum(),
+            queued: self.queue.len(),
+            in_flight: self.workers.values().map(|w| w.in_flight.len()).sum(),
+            pending: self.tasks.len(),
+            batches: self.batches.len(),
+            counters: self.counters,
+        }
+    }
+
+    /// Admits a batch whose results go to `tx` (which must have room for
+    /// every task). Refuses it when the pending total would pass the limit.
+    pub fn admit(
+        &mut self,
+        tasks: Vec<NewTask>,
+        tx: mpsc::Sender<BatchEvent>,
+    ) -> Result<u64, ServerError> {
+        let pending = self.tasks.len();
+        if pending + tasks.len() > self.limits.max_pending {
+            return Err(ServerError::Overloaded {
+                batch: tasks.len(),
+                pending,
+                limit: self.limits.max_pending,
+            });
+        }
+        let batch = self.fresh_id();
+        let mut ids = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            let id = self.fresh_id();
+            self.tasks.insert(
+                id,
+                Task {
+                    batch,
+                    index: t.index,
+                    id: t.id,
+                    puzzle: t.puzzle,
+                    attempts: 0,
+                    worker: None,
+                },
+            );
+            self.queue.push_back(id);
+            ids.push(id);
+        }
+        self.batches.insert(
+            batch,
+            Batch {
+                tx,
+                remaining: ids.len(),
+                tasks: ids,
+            },
+        );
+        self.dispatch();
+        Ok(batch)
+    }
+
+    /// Forgets a batch whose client went away (or whose deadline passed):
+    /// queued tasks are dropped, running ones cancelled on their workers.
+    /// The workers' credit comes back when they acknowledge.
+    pub fn cancel_batch(&mut self, batch: u64) {
+        let Some(b) = self.batches.remove(&batch) else {
+            return;
+        };
+        let mut cancels: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+        for id in b.tasks {
+            if let Some(task) = self.tasks.remove(&id) {
+                self.counters.cancelled += 1;
+                if let Some(w) = task.worker {
+                    cancels.entry(w).or_default().push(id);
+                }
+            }
+        }
+        self.queue.retain(|id| self.tasks.contains_key(id));
+        for (w, task_ids) in cancels {
+            tracing::debug!(worker = w, tasks = task_ids.len(), "cancelling");
+            self.send(
+                w,
+                coordinator_message::Kind::Cancel(v1::Cancel { task_ids }),
+            );
+        }
+    }
+
+    /// Registers a worker; returns its id.
+    pub fn add_worker(&mut self, name: String, slots: u32, tx: WorkerTx, now: Instant) -> u64 {
+        let id = self.fresh_id();
+        self.workers.insert(
+            id,
+            Worker {
+                name: format!("{name}#{id}"),
+                slots,
+                in_flight: HashSet::new(),
+                tx,
+                last_seen: now,
+                draining: false,
+            },
+        );
+        self.no_workers_since = None;
+        self.dispatch();
+        id
+    }
+
+    pub fn has_worker(&self, worker: u64) -> bool {
+        self.workers.contains_key(&worker)
+    }
+
+    /// Notes that the worker is alive.
+    pub fn touch(&mut self, worker: u64, now: Instant) {
+        if let Some(w) = self.workers.get_mut(&worker) {
+            w.last_seen = now;
+        }
+    }
+
+    /// The worker takes no more work; it finishes what it holds.
+    pub fn drain_worker(&mut self, worker: u64) {
+        if let Some(w) = self.workers.get_mut(&worker) {
+            w.draining = true;
+        }
+    }
+
+    /// Removes a worker and puts its in-flight tasks back at the front of
+    /// the queue (or fails those out of attempts).
+    pub fn lose_worker(&mut self, worker: u64, reason: &str, now: Instant) {
+        let Some(w) = self.workers.remove(&worker) else {
+            return;
+        };
+        if !w.in_flight.is_empty() || reason != "left" {
+            tracing::warn!(worker = %w.name, reason, tasks = w.in_flight.len(), "worker lost");
+            self.counters.workers_lost += 1;
+        } else {
+            tracing::info!(worker = %w.name, "worker left");
+        }
+        if self.workers.is_empty() {
+            self.no_workers_since = Some(now);
+        }
+        for id in w.in_flight {
+            let Some(task) = self.tasks.get_mut(&id) else {
+                continue;
+            };
+            task.worker = None;
+            if task.attempts >= self.limits.max_attempts {
+                let message = format!(
+                    "puzzle {:?}: gave up after {} attempts: every worker that took it was lost",
+                    task.id, task.attempts
+                );
+                let (result, batch) = (
+                    v1::PuzzleResult::failed(task.id.clone(), task.index, message),
+                    task.batch,
+                );
+                self.tasks.remove(&id);
+                self.counters.failed += 1;
+                self.deliver(batch, result);
+            } else {
+                self.counters.redispatched += 1;
+                self.queue.push_front(id);
+            }
+        }
+        self.dispatch();
+    }
+
+    /// Handles one result from a worker.
+    pub fn on_result(
+        &mut self,
+        worker: u64,
+        result: v1::TaskResult,
+        cache: &ResultCache,
+    ) -> Result<(), ServerError> {
+        let Some(w) = self.workers.get_mut(&worker) else {
+            return Ok(());
+        };
+        if !w.in_flight.remove(&result.task_id) {
+            // Not assigned to this worker (already reported): ignore.
+            return Ok(());
+        }
+        let worker_name = w.name.clone();
+        let outcome = result
+            .outcome
+            .ok_or_else(|| ServerError::BadSession("task result without outcome".into()))?;
+        let task_id = result.task_id;
+        match outcome {
+            v1::task_result::Outcome::Cancelled(_) => {
+                // The worker gave the task back unsolved (it was cancelled
+                // or the worker could not take it): queue it again if it
+                // is still wanted, without counting an attempt.
+                if let Some(task) = self.tasks.get_mut(&task_id) {
+                    task.worker = None;
+                    task.attempts = task.attempts.saturating_sub(1);
+                    self.queue.push_front(task_id);
+                }
+            }
+            v1::task_result::Outcome::Solved(s) => {
+                if let Some(task) = self.tasks.remove(&task_id) {
+                    cache.insert(
+                        task.puzzle,
+                        Answer {
+                            moves: s.moves,
+                            solution: s.solution.clone(),
+                            strategy: s.strategy.clone(),
+                            worker: worker_name.clone(),
+                        },
+                    );
+                    self.counters.solved += 1;
+                    let result = v1::PuzzleResult {
+                        id: task.id,
+                        index: task.index,
+                        outcome: Some(puzzle_result::Outcome::Solved(v1::Solved {
+                            moves: s.moves,
+                            solution: s.solution,
+                            strategy: s.strategy,
+                            worker: worker_name,
+                            time_us: s.time_us,
+                            cached: false,
+                        })),
+                    };
+                    self.deliver(task.batch, result);
+                }
+            }
+            v1::task_result::Outcome::Error(message) => {
+                if let Some(task) = self.tasks.remove(&task_id) {
+                    tracing::warn!(worker = %worker_name, puzzle = %task.id, %message, "worker failed a puzzle");
+                    self.counters.failed += 1;
+                    let message = format!("puzzle {:?}: worker {worker_name}: {message}", task.id);
+                    self.deliver(
+                        task.batch,
+                        v1::PuzzleResult::failed(task.id, task.index, message),
+                    );
+                }
+            }
+        }
+        self.dispatch();
+        Ok(())
+    }
+
+    /// Workers silent for longer than `timeout`.
+    pub fn silent_workers(&self, now: Instant, timeout: Duration) -> Vec<u64> {
+        self.workers
+            .iter()
+            .filter(|(_, w)| now.duration_since(w.last_seen) > timeout)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// When no worker has been registered for longer than `grace`, ends
+    /// every batch still waiting with `error`.
+    pub fn fail_if_no_workers(&mut self, now: Instant, grace: Duration) {
+        let Some(since) = self.no_workers_since else {
+            return;
+        };
+        if self.batches.is_empty() || now.duration_since(since) < grace {
+            return;
+        }
+        let waited = now.duration_since(since);
+        for (_, batch) in self.batches.drain() {
+            for id in &batch.tasks {
+                self.tasks.remove(id);
+            }
+            let status: Status = ServerError::NoWorkers { waited }.into();
+            let _ = batch.tx.try_send(Err(status));
+        }
+        self.queue.clear();
+    }
+
+    /// Ends every batch with `status` and drops every worker's stream: the
+    /// coordinator is shutting down.
+    pub fn close_all(&mut self, status: &Status) {
+        for (_, batch) in self.batches.drain() {
+            let _ = batch.tx.try_send(Err(status.clone()));
+        }
+        self.tasks.clear();
+        self.queue.clear();
+        self.workers.clear();
+    }
+
+    /// Sends a batch one result; the batch ends after its last.
+    fn deliver(&mut self, batch: u64, result: v1::PuzzleResult) {
+        let Some(b) = self.batches.get_mut(&batch) else {
+            return;
+        };
+        b.remaining -= 1;
+        // Cannot be full: the channel has room for every task of the batch.
+        let _ = b.tx.try_send(Ok(result));
+        if b.remaining == 0 {
+            self.batches.remove(&batch);
+        }
+    }
+
+    fn send(&mut self, worker: u64, kind: coordinator_message::Kind) -> bool {
+        let Some(w) = self.workers.get(&worker) else {
+            return false;
+        };
+        let message = v1::CoordinatorMessage { kind: Some(kind) };
+        w.tx.try_send(Ok(message)).is_ok()
+    }
+
+    /// Hands queued tasks to workers with free credit, in chunks.
+    fn dispatch(&mut self) {
+        let mut broken = Vec::new();
+        let worker_ids: Vec<u64> = self.workers.keys().copied().collect();
+        for wid in worker_ids {
+            if self.queue.is_empty() {
+                break;
+            }
+            let Some(w) = self.workers.get_mut(&wid) else {
+                continue;
+            };
+            if w.draining {
+                continue;
+            }
+            let credit = (w.slots * self.limits.credit_per_slot) as usize;
+            let mut free = credit.saturating_sub(w.in_flight.len());
+            while free > 0 && !self.queue.is_empty() {
+                let mut chunk = Vec::new();
+                while chunk.len() < free.min(self.limits.max_chunk) {
+                    let Some(id) = self.queue.pop_front() else {
+                        break;
+                    };
+                    let Some(task) = self.tasks.get_mut(&id) else {
+                        continue; // cancelled while queued
+                    };
+                    task.attempts += 1;
+                    task.worker = Some(wid);
+                    w.in_flight.insert(id);
+                    chunk.push(v1::Task {
+                        task_id: id,
+                        puzzle: Some(colball_proto::puzzle_to_wire(task.id.clone(), &task.puzzle)),
+                    });
+                }
+                if chunk.is_empty() {
+                    break;
+                }
+                free -= chunk.len();
+                let message = v1::CoordinatorMessage {
+                    kind: Some(coordinator_message::Kind::Assign(v1::Assign {
+                        tasks: chunk,
+                    })),
+                };
+                if w.tx.try_send(Ok(message)).is_err() {
+                    broken.push(wid);
+                    break;
+                }
+            }
+        }
+        for wid in broken {
+            // Its stream is closed or not being read: treat it as lost.
+            self.lose_worker(wid, "session stream closed", Instant::now());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use colball_solver::Size;
+    use colball_solver::generate::Generator;
+
+    fn limits() -> Limits {
+        Limits {
+            max_pending: 100,
+            max_attempts: 3,
+            credit_per_slot: 1,
+            max_chunk: 64,
+        }
+    }
+
+    fn tasks(n: usize) -> Vec<NewTask> {
+        let mut g = Generator::new(5);
+        (0..n)
+            .map(|i| NewTask {
+                index: i as u64,
+                id: format!("p{i}"),
+                puzzle: g.uniform(Size::new(3, 3).unwrap()),
+            })
+            .collect()
+    }
+
+    fn assigned(rx: &mut mpsc::Receiver<Result<v1::CoordinatorMessage, Status>>) -> Vec<u64> {
+        let mut ids = Vec::new();
+        while let Ok(Ok(m)) = rx.try_recv() {
+            if let Some(coordinator_message::Kind::Assign(a)) = m.kind {
+                ids.extend(a.tasks.iter().map(|t| t.task_id));
+            }
+        }
+        ids
+    }
+
+    fn solved(task_id: u64) -> v1::TaskResult {
+        v1::TaskResult {
+            task_id,
+            outcome: Some(v1::task_result::Outcome::Solved(v1::TaskSolved {
+                moves: 1,
+                solution: "r22".into(),
+                strategy: "bidir".into(),
+                time_us: 1,
+            })),
+        }
+    }
+
+    #[test]
+    fn credit_limits_what_a_worker_holds() {
+        let now = Instant::now();
+        let mut s = State::new(limits(), now);
+        let (wtx, mut wrx) = mpsc::channel(16);
+        let w = s.add_worker("w".into(), 2, wtx, now);
+        let (btx, mut brx) = mpsc::channel(10);
+        s.admit(tasks(10), btx).unwrap();
+        let first = assigned(&mut wrx);
+        assert_eq!(first.len(), 2);
+        let cache = ResultCache::new(0);
+        s.on_result(w, solved(first[0]), &cache).unwrap();
+        assert_eq!(assigned(&mut wrx).len(), 1);
+        assert!(brx.try_recv().unwrap().is_ok());
+    }
+
+    #[test]
+    fn a_lost_worker_s_tasks_go_to_another_and_results_arrive_once() {
+        let now = Instant::now();
+        let mut s = State::new(limits(), now);
+        let (atx, mut arx) = mpsc::channel(16);
+        let a = s.add_worker("a".into(), 3, atx, now);
+        let (btx, mut brx) = mpsc::channel(3);
+        s.admit(tasks(3), btx).unwrap();
+        let held = assigned(&mut arx);
+        assert_eq!(held.len(), 3);
+        let cache = ResultCache::new(10);
+        s.on_result(a, solved(held[0]), &cache).unwrap();
+        s.lose_worker(a, "heartbeats missed", now);
+        let (ctx, mut crx) = mpsc::channel(16);
+        let c = s.add_worker("c".into(), 3, ctx, now);
+        let again = assigned(&mut crx);
+        assert_eq!(again.len(), 2);
+        for id in &again {
+            s.on_result(c, solved(*id), &cache).unwrap();
+            // A duplicate report is ignored.
+            s.on_result(c, solved(*id), &cache).unwrap();
+        }
+        let mut indexes = Vec::new();
+        while let Ok(r) = brx.try_recv() {
+            indexes.push(r.unwrap().index);
+        }
+        indexes.sort();
+        assert_eq!(indexes, vec![0, 1, 2]);
+        assert_eq!(s.snapshot().pending, 0);
+        assert_eq!(cache.len(), 3);
+    }
+
+    #[test]
+    fn attempts_are_capped_with_an_error_result() {
+        let now = Instant::now();
+        let mut s = State::new(limits(), now);
+        let (btx, mut brx) = mpsc::channel(1);
+        s.admit(tasks(1), btx).unwrap();
+        for round in 0..3 {
+            let (wtx, mut wrx) = mpsc::channel(16);
+            let w = s.add_worker(format!("w{round}"), 1, wtx, now);
+            assert_eq!(assigned(&mut wrx).len(), 1);
+            s.lose_worker(w, "killed", now);
+        }
+        let r = brx.try_recv().unwrap().unwrap();
+        let Some(puzzle_result::Outcome::Error(e)) = r.outcome else {
+            panic!("expected an error result");
+        };
+        assert!(e.message.contains("3 attempts"), "{}", e.message);
+        assert_eq!(s.snapshot().pending, 0);
+    }
+
+    #[test]
+    fn admission_is_bounded_and_cancel_frees_it() {
+        let now = Instant::now();
+        let mut s = State::new(limits(), now);
+        let (wtx, mut wrx) = mpsc::channel(16);
+        s.add_worker("w".into(), 1, wtx, now);
+        let (btx, _brx) = mpsc::channel(80);
+        let batch = s.admit(tasks(80), btx).unwrap();
+        let (btx2, _brx2) = mpsc::channel(30);
+        let err = s.admit(tasks(30), btx2).unwrap_err();
+        assert!(matches!(err, ServerError::Overloaded { .. }), "{err}");
+        let running = assigned(&mut wrx);
+        s.cancel_batch(batch);
+        assert_eq!(s.snapshot().pending, 0);
+        let Ok(Ok(m)) = wrx.try_recv() else {
+            panic!("expected a cancel")
+        };
+        let Some(coordinator_message::Kind::Cancel(c)) = m.kind else {
+            panic!("expected a cancel")
+        };
+        assert_eq!(c.task_ids, running);
+    }
+
+    #[test]
+    fn batches_fail_after_the_grace_period_without_workers() {
+        let now = Instant::now();
+        let mut s = State::new(limits(), now);
+        let (btx, mut brx) = mpsc::channel(2);
+        s.admit(tasks(2), btx).unwrap();
+        s.fail_if_no_workers(now + Duration::from_millis(10), Duration::from_secs(1));
+        assert!(brx.try_recv().is_err());
+        s.fail_if_no_workers(now + Duration::from_secs(2), Duration::from_secs(1));
+        let status = brx.try_recv().unwrap().unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+    }
+}

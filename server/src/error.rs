@@ -1,0 +1,61 @@
+//! The coordinator's errors, and the one place they become gRPC statuses.
+//!
+//! Messages that reach clients say what was wrong and what to do; details
+//! for operators go to the logs where the error is raised.
+
+use std::time::Duration;
+
+use colball_proto::InvalidPuzzle;
+use thiserror::Error;
+use tonic::{Code, Status};
+
+/// Why the coordinator refused or ended a request.
+#[derive(Debug, Error)]
+pub enum ServerError {
+    #[error("{0}")]
+    InvalidPuzzle(#[from] InvalidPuzzle),
+    #[error("the request holds no puzzle")]
+    MissingPuzzle,
+    #[error(
+        "batch of {batch} puzzles rejected: the coordinator holds {pending} puzzles and admits at most {limit}; retry later or send smaller batches"
+    )]
+    Overloaded {
+        batch: usize,
+        pending: usize,
+        limit: usize,
+    },
+    #[error("batch of {batch} puzzles exceeds the limit of {limit} puzzles per request; split it")]
+    BatchTooLarge { batch: usize, limit: usize },
+    #[error(
+        "no worker has joined the cluster (waited {}s); start one with `colball-server worker --coordinator URL`",
+        .waited.as_secs_f64()
+    )]
+    NoWorkers { waited: Duration },
+    #[error("the deadline passed before every result arrived")]
+    DeadlineExceeded,
+    #[error("the coordinator is shutting down")]
+    ShuttingDown,
+    #[error(
+        "worker protocol version {worker} is not supported: this coordinator speaks version {coordinator}; run matching colball-server versions"
+    )]
+    VersionMismatch { worker: u32, coordinator: u32 },
+    #[error("bad worker session: {0}")]
+    BadSession(String),
+}
+
+impl From<ServerError> for Status {
+    fn from(e: ServerError) -> Status {
+        let code = match &e {
+            ServerError::InvalidPuzzle(_)
+            | ServerError::MissingPuzzle
+            | ServerError::BadSession(_) => Code::InvalidArgument,
+            ServerError::Overloaded { .. } | ServerError::BatchTooLarge { .. } => {
+                Code::ResourceExhausted
+            }
+            ServerError::NoWorkers { .. } | ServerError::ShuttingDown => Code::Unavailable,
+            ServerError::DeadlineExceeded => Code::DeadlineExceeded,
+            ServerError::VersionMismatch { .. } => Code::FailedPrecondition,
+        };
+        Status::new(code, e.to_string())
+    }
+}

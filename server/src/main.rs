@@ -1,0 +1,182 @@
+//! `colball-server`: the colball cluster's coordinator and worker.
+//!
+//! Thin on purpose: parses flags into the library's `Config` structs, sets
+//! up tracing and the shutdown signal, binds listeners and calls `run`.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use colball_server::telemetry::{self, LogFormat};
+use colball_server::{coordinator, http, shutdown, worker};
+use tokio::net::TcpListener;
+
+/// The colball solving cluster: one coordinator, any number of workers.
+///
+/// Clients (`colball solve --connect URL`) talk to the coordinator; workers
+/// dial the coordinator too, so both can sit behind a load balancer or a
+/// Kubernetes Service. Logs go to standard error; filter them with RUST_LOG
+/// (for example RUST_LOG=debug or RUST_LOG=colball_server=debug).
+#[derive(Parser, Debug)]
+#[command(name = "colball-server", version, about, long_about)]
+struct Cli {
+    /// Log line format: `text` for people, `json` for log collectors.
+    #[arg(long, value_enum, default_value_t = Format::Text, global = true)]
+    log_format: Format,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Format {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the coordinator: serves clients and hands their puzzles to workers.
+    Coordinator(CoordinatorArgs),
+    /// Run a worker: dials the coordinator and solves what it is given.
+    Worker(WorkerArgs),
+}
+
+#[derive(Args, Debug)]
+struct CoordinatorArgs {
+    /// Address for gRPC (clients and workers). Port 0 picks a free port;
+    /// the bound address is printed on standard output as `listening ADDR`.
+    #[arg(long, default_value = "127.0.0.1:50051", env = "COLBALL_LISTEN")]
+    listen: SocketAddr,
+    /// Address for the plain-HTTP endpoint: /healthz, /readyz, /metrics.
+    /// Off unless given.
+    #[arg(long)]
+    http: Option<SocketAddr>,
+    /// Most puzzles admitted and not yet answered, over all clients; a
+    /// request over the limit gets RESOURCE_EXHAUSTED.
+    #[arg(long, default_value_t = 1_000_000)]
+    max_pending: usize,
+    /// Most puzzles in one request.
+    #[arg(long, default_value_t = 200_000)]
+    max_batch: usize,
+    /// Times one puzzle is dispatched (after lost workers) before it gets an
+    /// error result.
+    #[arg(long, default_value_t = 3)]
+    max_attempts: u32,
+    /// How often workers must send a heartbeat, in milliseconds; a worker
+    /// silent for three intervals is declared lost and its puzzles go to
+    /// other workers.
+    #[arg(long, default_value_t = 1000)]
+    heartbeat_ms: u64,
+    /// How long a request waits for a first worker before UNAVAILABLE, in
+    /// seconds.
+    #[arg(long, default_value_t = 10.0)]
+    worker_grace_secs: f64,
+    /// Entries of the result cache (a puzzle solved before is answered
+    /// without dispatch); 0 turns it off.
+    #[arg(long, default_value_t = 1_000_000)]
+    cache_entries: usize,
+}
+
+#[derive(Args, Debug)]
+struct WorkerArgs {
+    /// The coordinator's URL. Connection failures are retried with backoff.
+    #[arg(
+        long,
+        default_value = "http://127.0.0.1:50051",
+        env = "COLBALL_COORDINATOR"
+    )]
+    coordinator: String,
+    /// Solver threads, which are also the puzzles solved at once (the
+    /// worker's slots). Default: all cores.
+    #[arg(long, short = 'j', value_parser = clap::value_parser!(u16).range(1..))]
+    threads: Option<u16>,
+    /// Name shown in logs and results. Default: HOSTNAME-PID.
+    #[arg(long)]
+    name: Option<String>,
+    /// On SIGTERM or Ctrl-C the worker finishes and reports what it holds;
+    /// after this many seconds it leaves anyway.
+    #[arg(long, default_value_t = 60.0)]
+    drain_secs: f64,
+    /// Protocol version to register with (testing only).
+    #[arg(long, hide = true)]
+    protocol_version: Option<u32>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    telemetry::init(match cli.log_format {
+        Format::Text => LogFormat::Text,
+        Format::Json => LogFormat::Json,
+    });
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("colball-server: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Coordinator(args) => run_coordinator(args).await,
+            Command::Worker(args) => run_worker(args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("colball-server: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn secs(s: f64) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(s).map_err(|e| anyhow::anyhow!("bad duration {s}: {e}"))
+}
+
+async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
+    let config = coordinator::Config {
+        max_pending: args.max_pending,
+        max_batch: args.max_batch,
+        max_attempts: args.max_attempts.max(1),
+        heartbeat_interval: Duration::from_millis(args.heartbeat_ms.max(10)),
+        worker_grace: secs(args.worker_grace_secs)?,
+        cache_capacity: args.cache_entries,
+        ..coordinator::Config::default()
+    };
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let shutdown = shutdown::on_signal();
+    let shared = coordinator::start(config, shutdown.clone());
+    if let Some(http_addr) = args.http {
+        let http_listener = TcpListener::bind(http_addr)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {http_addr}: {e}"))?;
+        println!("http {}", http_listener.local_addr()?);
+        tokio::spawn(http::run(http_listener, shared.clone(), shutdown.clone()));
+    }
+    // Tests and scripts read the bound address from here.
+    println!("listening {addr}");
+    coordinator::serve(listener, shared, shutdown).await?;
+    Ok(())
+}
+
+async fn run_worker(args: WorkerArgs) -> anyhow::Result<()> {
+    let mut config = worker::Config::new(args.coordinator);
+    if let Some(threads) = args.threads {
+        config.threads = usize::from(threads);
+    }
+    if let Some(name) = args.name {
+        config.name = name;
+    }
+    if let Some(v) = args.protocol_version {
+        config.protocol_version = v;
+    }
+    config.drain_timeout = secs(args.drain_secs)?;
+    worker::run(config, shutdown::on_signal()).await?;
+    Ok(())
+}

@@ -1,0 +1,24 @@
+//! Tracing setup for the binary: `RUST_LOG` filters (default `info`), and
+//! human-readable or JSON lines on standard error.
+
+use tracing_subscriber::EnvFilter;
+
+/// The shape of log lines.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Installs the global subscriber. Call once, from `main`.
+pub fn init(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

@@ -1,0 +1,123 @@
+//! An in-process cluster on loopback, for tests and benchmarks: a
+//! coordinator on `127.0.0.1:0` and N workers, all stopped when the
+//! [`LocalCluster`] is dropped.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::coordinator::{self, Shared};
+use crate::worker;
+
+/// A running coordinator and its workers.
+#[derive(Debug)]
+pub struct LocalCluster {
+    pub addr: SocketAddr,
+    pub shared: Arc<Shared>,
+    shutdown: CancellationToken,
+    workers: Vec<(
+        CancellationToken,
+        JoinHandle<Result<(), worker::WorkerError>>,
+    )>,
+    coordinator: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+}
+
+impl LocalCluster {
+    /// Starts a coordinator with `config` and `workers` workers of
+    /// `threads` threads each. Must be called inside a tokio runtime.
+    pub async fn start(
+        config: coordinator::Config,
+        workers: usize,
+        threads: usize,
+    ) -> std::io::Result<LocalCluster> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let shutdown = CancellationToken::new();
+        let shared = coordinator::start(config, shutdown.clone());
+        let coordinator = tokio::spawn(coordinator::serve(
+            listener,
+            shared.clone(),
+            shutdown.clone(),
+        ));
+        let mut cluster = LocalCluster {
+            addr,
+            shared,
+            shutdown,
+            workers: Vec::new(),
+            coordinator: Some(coordinator),
+        };
+        for i in 0..workers {
+            cluster.add_worker(&format!("w{i}"), threads);
+        }
+        Ok(cluster)
+    }
+
+    /// The URL clients and workers dial.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A worker config for this cluster.
+    pub fn worker_config(&self, name: &str, threads: usize) -> worker::Config {
+        let mut config = worker::Config::new(self.url());
+        config.name = name.to_string();
+        config.threads = threads;
+        config
+    }
+
+    /// Starts one more worker; returns its index (for [`Self::stop_worker`]).
+    pub fn add_worker(&mut self, name: &str, threads: usize) -> usize {
+        self.spawn_worker(self.worker_config(name, threads))
+    }
+
+    /// Starts a worker with an explicit config.
+    pub fn spawn_worker(&mut self, config: worker::Config) -> usize {
+        let token = CancellationToken::new();
+        let handle = tokio::spawn(worker::run(config, token.clone()));
+        self.workers.push((token, handle));
+        self.workers.len() - 1
+    }
+
+    /// Asks a worker to drain and leave; waits for it.
+    pub async fn stop_worker(&mut self, index: usize) -> Option<Result<(), worker::WorkerError>> {
+        let (token, handle) = self.workers.get_mut(index)?;
+        token.cancel();
+        handle.await.ok()
+    }
+
+    /// Waits until `n` workers are registered (bounded by `timeout`).
+    pub async fn wait_for_workers(&self, n: usize, timeout: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while tokio::time::Instant::now() < deadline {
+            if self.shared.snapshot().0.workers >= n {
+                return true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        false
+    }
+
+    /// Shuts everything down and waits for the coordinator.
+    pub async fn shutdown(mut self) {
+        for (token, _) in &self.workers {
+            token.cancel();
+        }
+        self.shutdown.cancel();
+        if let Some(c) = self.coordinator.take() {
+            let _ = c.await;
+        }
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        for (token, handle) in &self.workers {
+            token.cancel();
+            handle.abort();
+        }
+        self.shutdown.cancel();
+    }
+}

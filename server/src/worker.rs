@@ -1,0 +1,472 @@
+//! The worker: dials the coordinator, registers, and solves what it is
+//! assigned on a dedicated pool of solver threads.
+//!
+//! The async side only moves messages: assignments go to the pool through a
+//! bounded channel, results come back through another, and heartbeats are
+//! sent from the async loop, which never waits on a search, so a busy CPU
+//! cannot delay them. The connection is retried with exponential backoff;
+//! a refusal (protocol-version mismatch) is final. On shutdown the worker
+//! tells the coordinator it is draining, finishes and reports what it
+//! holds, then leaves.
+
+use std::collections::HashSet;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use colball_proto::v1::workers_client::WorkersClient;
+use colball_proto::v1::{self, coordinator_message, task_result, worker_message};
+use colball_proto::{PROTOCOL_VERSION, puzzle_from_wire};
+use colball_solver::{BidirSearch, Puzzle, Solution};
+use thiserror::Error;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Endpoint;
+use tonic::{Code, Status};
+
+use crate::cache::{Answer, ResultCache};
+
+/// Worker settings. `Config::new(url)` gives defaults that suit one machine.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The coordinator's URL, e.g. `http://127.0.0.1:50051`.
+    pub coordinator: String,
+    /// Solver threads; also the slots the worker registers with.
+    pub threads: usize,
+    /// A name for logs and results.
+    pub name: String,
+    /// How long one connection attempt may take.
+    pub connect_timeout: Duration,
+    /// First wait after a failed connection; doubles up to `backoff_max`.
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    /// How long a draining worker waits for its tasks before leaving anyway.
+    pub drain_timeout: Duration,
+    /// Entries of the cache the solver threads share (0 turns it off).
+    pub cache_capacity: usize,
+    /// The protocol version to register with; only tests change it.
+    pub protocol_version: u32,
+}
+
+impl Config {
+    pub fn new(coordinator: impl Into<String>) -> Config {
+        Config {
+            coordinator: coordinator.into(),
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            name: default_name(),
+            connect_timeout: Duration::from_secs(5),
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(5),
+            drain_timeout: Duration::from_secs(60),
+            cache_capacity: 100_000,
+            protocol_version: PROTOCOL_VERSION,
+        }
+    }
+}
+
+/// `HOSTNAME-PID`, or `worker-PID`.
+pub fn default_name() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+        })
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "worker".to_string());
+    format!("{host}-{}", std::process::id())
+}
+
+/// Why a worker stopped for good.
+#[derive(Debug, Error)]
+pub enum WorkerError {
+    #[error("bad coordinator URL {url:?}: {reason}")]
+    BadUrl { url: String, reason: String },
+    #[error("the coordinator refused this worker: {0}")]
+    Refused(String),
+}
+
+/// Why one session ended.
+enum SessionEnd {
+    /// Draining finished (or was cut short): leave.
+    Drained,
+    /// The connection failed or broke: retry.
+    Retry(String),
+    /// The coordinator refused us: stop.
+    Refused(Status),
+}
+
+/// The one place the worker calls the solver: swap this for a
+/// strategy-choosing solver (with its own cache) without touching anything
+/// else. Returns the solution and the strategy's name.
+fn solve_puzzle(search: &mut BidirSearch, puzzle: &Puzzle) -> (Solution, &'static str) {
+    (search.solve(puzzle), "bidir")
+}
+
+struct Job {
+    session: u64,
+    task_id: u64,
+    puzzle: Puzzle,
+}
+
+struct Done {
+    session: u64,
+    result: v1::TaskResult,
+}
+
+/// The solver threads: one search each, one shared cache, fed by a bounded
+/// channel.
+struct Pool {
+    jobs: std::sync::mpsc::SyncSender<Job>,
+    cancelled: Arc<Mutex<HashSet<u64>>>,
+    session: Arc<AtomicU64>,
+}
+
+impl Pool {
+    fn start(threads: usize, cache_capacity: usize, done: mpsc::Sender<Done>) -> Pool {
+        let (jobs, rx) = std::sync::mpsc::sync_channel::<Job>(threads * 4 + 64);
+        let rx = Arc::new(Mutex::new(rx));
+        let cancelled = Arc::new(Mutex::new(HashSet::new()));
+        let session = Arc::new(AtomicU64::new(0));
+        let cache = Arc::new(ResultCache::new(cache_capacity));
+        for i in 0..threads {
+            let (rx, cancelled, session, cache, done) = (
+                rx.clone(),
+                cancelled.clone(),
+                session.clone(),
+                cache.clone(),
+                done.clone(),
+            );
+            let spawned = std::thread::Builder::new()
+                .name(format!("solver-{i}"))
+                .spawn(move || solver_thread(&rx, &cancelled, &session, &cache, &done));
+            if let Err(e) = spawned {
+                tracing::error!(error = %e, "cannot start a solver thread");
+            }
+        }
+        Pool {
+            jobs,
+            cancelled,
+            session,
+        }
+    }
+
+    fn cancelled(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
+        self.cancelled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn solver_thread(
+    rx: &Mutex<std::sync::mpsc::Receiver<Job>>,
+    cancelled: &Mutex<HashSet<u64>>,
+    session: &AtomicU64,
+    cache: &ResultCache,
+    done: &mpsc::Sender<Done>,
+) {
+    let mut search = BidirSearch::new();
+    loop {
+        let job = {
+            let rx = rx.lock().unwrap_or_else(PoisonError::into_inner);
+            match rx.recv() {
+                Ok(job) => job,
+                Err(_) => return, // the pool is gone
+            }
+        };
+        if job.session != session.load(Ordering::Acquire) {
+            continue; // from a broken session: the coordinator re-dispatched it
+        }
+        let was_cancelled = cancelled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&job.task_id);
+        let outcome = if was_cancelled {
+            task_result::Outcome::Cancelled(v1::Cancelled {})
+        } else {
+            solve_cached(&mut search, cache, &job.puzzle)
+        };
+        let result = v1::TaskResult {
+            task_id: job.task_id,
+            outcome: Some(outcome),
+        };
+        if done
+            .blocking_send(Done {
+                session: job.session,
+                result,
+            })
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+fn solve_cached(
+    search: &mut BidirSearch,
+    cache: &ResultCache,
+    puzzle: &Puzzle,
+) -> task_result::Outcome {
+    let began = Instant::now();
+    if let Some(a) = cache.get(puzzle) {
+        return task_result::Outcome::Solved(v1::TaskSolved {
+            moves: a.moves,
+            solution: a.solution,
+            strategy: a.strategy,
+            time_us: began.elapsed().as_micros() as u64,
+        });
+    }
+    match std::panic::catch_unwind(AssertUnwindSafe(|| solve_puzzle(search, puzzle))) {
+        Ok((solution, strategy)) => {
+            let time_us = began.elapsed().as_micros() as u64;
+            let (moves, notation) = (solution.answer(), solution.notation());
+            cache.insert(
+                *puzzle,
+                Answer {
+                    moves,
+                    solution: notation.clone(),
+                    strategy: strategy.to_string(),
+                    worker: String::new(),
+                },
+            );
+            task_result::Outcome::Solved(v1::TaskSolved {
+                moves,
+                solution: notation,
+                strategy: strategy.to_string(),
+                time_us,
+            })
+        }
+        Err(_) => {
+            tracing::error!(?puzzle, "the solver panicked");
+            // The search's tables may be inconsistent now: start afresh.
+            *search = BidirSearch::new();
+            task_result::Outcome::Error("internal solver error".into())
+        }
+    }
+}
+
+/// Runs the worker until `shutdown` (then drains) or a refusal.
+pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), WorkerError> {
+    Endpoint::from_shared(config.coordinator.clone()).map_err(|e| WorkerError::BadUrl {
+        url: config.coordinator.clone(),
+        reason: e.to_string(),
+    })?;
+    let threads = config.threads.max(1);
+    let (done_tx, mut done_rx) = mpsc::channel(threads * 4 + 64);
+    let pool = Pool::start(threads, config.cache_capacity, done_tx);
+    let mut backoff = config.backoff_initial;
+    let mut session_id = 0u64;
+    loop {
+        if shutdown.is_cancelled() {
+            return Ok(());
+        }
+        session_id += 1;
+        pool.session.store(session_id, Ordering::Release);
+        pool.cancelled().clear();
+        let began = Instant::now();
+        match session(&config, &pool, &mut done_rx, session_id, &shutdown).await {
+            SessionEnd::Drained => return Ok(()),
+            SessionEnd::Refused(status) => {
+                tracing::error!(message = status.message(), "refused by the coordinator");
+                return Err(WorkerError::Refused(status.message().to_string()));
+            }
+            SessionEnd::Retry(reason) => {
+                if began.elapsed() > Duration::from_secs(10) {
+                    backoff = config.backoff_initial; // it worked for a while
+                }
+                tracing::warn!(%reason, retry_in = ?backoff, "no session with the coordinator");
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = shutdown.cancelled() => return Ok(()),
+                }
+                backoff = (backoff * 2).min(config.backoff_max);
+            }
+        }
+    }
+}
+
+async fn session(
+    config: &Config,
+    pool: &Pool,
+    done_rx: &mut mpsc::Receiver<Done>,
+    session_id: u64,
+    shutdown: &CancellationToken,
+) -> SessionEnd {
+    let endpoint = match Endpoint::from_shared(config.coordinator.clone()) {
+        Ok(e) => e
+            .connect_timeout(config.connect_timeout)
+            .http2_keep_alive_interval(Duration::from_secs(10))
+            .keep_alive_timeout(Duration::from_secs(20))
+            .keep_alive_while_idle(true),
+        Err(e) => return SessionEnd::Retry(e.to_string()),
+    };
+    let channel = tokio::select! {
+        c = endpoint.connect() => match c {
+            Ok(c) => c,
+            Err(e) => return SessionEnd::Retry(format!("cannot connect to {}: {e}", config.coordinator)),
+        },
+        () = shutdown.cancelled() => return SessionEnd::Drained,
+    };
+    let threads = config.threads.max(1);
+    let (out, out_rx) = mpsc::channel(threads * 8 + 64);
+    let register = v1::WorkerMessage {
+        kind: Some(worker_message::Kind::Register(v1::Register {
+            protocol_version: config.protocol_version,
+            name: config.name.clone(),
+            slots: threads as u32,
+        })),
+    };
+    if out.try_send(register).is_err() {
+        return SessionEnd::Retry("cannot queue register".into());
+    }
+    let mut inbound = match WorkersClient::new(channel)
+        .session(ReceiverStream::new(out_rx))
+        .await
+    {
+        Ok(r) => r.into_inner(),
+        Err(s) if matches!(s.code(), Code::FailedPrecondition | Code::InvalidArgument) => {
+            return SessionEnd::Refused(s);
+        }
+        Err(s) => return SessionEnd::Retry(format!("session refused: {s}")),
+    };
+    tracing::info!(coordinator = %config.coordinator, slots = threads, "registered");
+
+    let mut held: HashSet<u64> = HashSet::new();
+    let mut draining: Option<tokio::time::Instant> = None;
+    let mut heartbeat = tokio::time::interval(Duration::from_secs(1));
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        if let Some(deadline) = draining {
+            if held.is_empty() {
+                tracing::info!("drained; leaving");
+                return SessionEnd::Drained;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(
+                    tasks = held.len(),
+                    "drain timeout; leaving with tasks unfinished"
+                );
+                return SessionEnd::Drained;
+            }
+        }
+        let drain_deadline = async {
+            match draining {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            message = inbound.message() => {
+                let message = match message {
+                    Ok(Some(m)) => m,
+                    Ok(None) => return ended(draining, "the coordinator closed the session"),
+                    Err(s) => return ended(draining, &format!("session broken: {s}")),
+                };
+                match message.kind {
+                    Some(coordinator_message::Kind::Registered(r)) => {
+                        let every = Duration::from_millis(u64::from(r.heartbeat_interval_ms).max(10));
+                        heartbeat = tokio::time::interval(every);
+                        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    }
+                    Some(coordinator_message::Kind::Assign(assign)) => {
+                        for task in assign.tasks {
+                            held.insert(task.task_id);
+                            if let Some(result) = submit(pool, session_id, task) {
+                                held.remove(&result.task_id);
+                                if out.send(result_message(result)).await.is_err() {
+                                    return ended(draining, "session closed");
+                                }
+                            }
+                        }
+                    }
+                    Some(coordinator_message::Kind::Cancel(cancel)) => {
+                        let mut cancelled = pool.cancelled();
+                        for id in cancel.task_ids {
+                            if held.contains(&id) {
+                                cancelled.insert(id);
+                            }
+                        }
+                    }
+                    None => {}
+                }
+            }
+            Some(done) = done_rx.recv() => {
+                if done.session != session_id || !held.remove(&done.result.task_id) {
+                    continue;
+                }
+                pool.cancelled().remove(&done.result.task_id);
+                if out.send(result_message(done.result)).await.is_err() {
+                    return ended(draining, "session closed");
+                }
+            }
+            _ = heartbeat.tick() => {
+                let beat = v1::WorkerMessage {
+                    kind: Some(worker_message::Kind::Heartbeat(v1::Heartbeat { busy: held.len() as u32 })),
+                };
+                // A full queue means results are flowing, which the
+                // coordinator also counts as a sign of life.
+                let _ = out.try_send(beat);
+            }
+            () = shutdown.cancelled(), if draining.is_none() => {
+                tracing::info!(tasks = held.len(), "draining: finishing held tasks, taking no more");
+                let message = v1::WorkerMessage { kind: Some(worker_message::Kind::Draining(v1::Draining {})) };
+                if out.send(message).await.is_err() {
+                    return SessionEnd::Drained;
+                }
+                draining = Some(tokio::time::Instant::now() + config.drain_timeout);
+            }
+            () = drain_deadline => {}
+        }
+    }
+}
+
+fn ended(draining: Option<tokio::time::Instant>, reason: &str) -> SessionEnd {
+    if draining.is_some() {
+        SessionEnd::Drained
+    } else {
+        SessionEnd::Retry(reason.to_string())
+    }
+}
+
+fn result_message(result: v1::TaskResult) -> v1::WorkerMessage {
+    v1::WorkerMessage {
+        kind: Some(worker_message::Kind::Result(result)),
+    }
+}
+
+/// Hands a task to the pool; returns a result to send at once when the
+/// task cannot be queued (malformed, or the queue is full).
+fn submit(pool: &Pool, session: u64, task: v1::Task) -> Option<v1::TaskResult> {
+    let task_id = task.task_id;
+    let puzzle = match task.puzzle.as_ref().map(puzzle_from_wire) {
+        Some(Ok(p)) => p,
+        Some(Err(e)) => {
+            return Some(v1::TaskResult {
+                task_id,
+                outcome: Some(task_result::Outcome::Error(e.to_string())),
+            });
+        }
+        None => {
+            return Some(v1::TaskResult {
+                task_id,
+                outcome: Some(task_result::Outcome::Error("task without puzzle".into())),
+            });
+        }
+    };
+    match pool.jobs.try_send(Job {
+        session,
+        task_id,
+        puzzle,
+    }) {
+        Ok(()) => None,
+        Err(_) => Some(v1::TaskResult {
+            task_id,
+            // Give it back: the coordinator queues it again.
+            outcome: Some(task_result::Outcome::Cancelled(v1::Cancelled {})),
+        }),
+    }
+}
