@@ -3,6 +3,9 @@
 //! - [`local`]: solving a batch in-process on a pool of threads, results in
 //!   input order;
 //! - [`bench`]: the measurements behind `colball bench`.
+//! - [`remote`]: the typed client for a colball cluster, behind
+//!   `colball solve --connect URL`.
 
 pub mod bench;
 pub mod local;
+pub mod remote;

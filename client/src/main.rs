@@ -9,10 +9,11 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use colball_client::bench::{self, human};
 use colball_client::local::{self, Solved};
+use colball_client::remote;
 use colball_solver::cache::CacheConfig;
 use colball_solver::format::{Format, classic, jsonl};
 use colball_solver::generate::Generator;
-use colball_solver::{BidirSearch, Engine, EngineConfig, Puzzle, Size, Strategy};
+use colball_solver::{BidirSearch, Engine, EngineConfig, Puzzle, Size, Solution, Strategy};
 use std::sync::Arc;
 
 /// Exact solver for the colball puzzle (GDOI 2008).
@@ -52,6 +53,10 @@ struct SolveArgs {
     threads: Option<u16>,
     #[command(flatten)]
     engine: EngineArgs,
+    /// Solve on a colball cluster: the coordinator's URL, for example
+    /// `http://127.0.0.1:50051`. The output is the same as in-process.
+    #[arg(long, env = colball_client::remote::CONNECT_ENV, value_name = "URL")]
+    connect: Option<String>,
 }
 
 /// How puzzles are solved in-process.
@@ -248,12 +253,7 @@ fn solve(args: SolveArgs) -> Result<ExitCode> {
             }
             Ok(())
         };
-    let engine = args.engine.engine(threads);
-    local::solve_in_order(
-        &puzzles,
-        threads,
-        &engine,
-        |solved: Solved| -> io::Result<()> {
+    let mut emit = |solution: &Solution, strategy: &str, elapsed: std::time::Duration| -> io::Result<()> {
             flush_errors(&mut out, &mut entries)?;
             let Some(Entry::Puzzle { id }) = entries.next() else {
                 unreachable!("one entry per puzzle")
@@ -263,21 +263,34 @@ fn solve(args: SolveArgs) -> Result<ExitCode> {
                     writeln!(
                         out,
                         "{}",
-                        classic::format_answer(&solved.solution, args.moves)
+                        classic::format_answer(solution, args.moves)
                     )
                 }
                 OutputFormat::Jsonl => {
                     let record = jsonl::SolvedRecord::new(
                         id,
-                        &solved.solution,
-                        solved.method.name(),
-                        solved.elapsed.as_micros() as u64,
+                        solution,
+                        strategy,
+                        elapsed.as_micros() as u64,
                     );
                     writeln!(out, "{}", jsonl::to_line(&record))
                 }
             }
-        },
-    )?;
+        };
+    if let Some(url) = &args.connect {
+        remote::solve_in_order(url, &puzzles, |r| {
+            emit(&r.solution, &r.strategy, r.elapsed)
+        })
+        .map_err(|e| match e {
+            remote::SolveError::Output(e) => anyhow::Error::from(e),
+            remote::SolveError::Client(e) => anyhow::Error::from(e),
+        })?;
+    } else {
+        let engine = args.engine.engine(threads);
+        local::solve_in_order(&puzzles, threads, &engine, |solved: Solved| {
+            emit(&solved.solution, solved.method.name(), solved.elapsed)
+        })?;
+    }
     flush_errors(&mut out, &mut entries)?;
     out.flush()?;
     Ok(if errors == 0 {

@@ -1,0 +1,231 @@
+//! Solving on a colball cluster: a typed client for the coordinator's
+//! `colball.v1.Solver` service, and the blocking batch helper behind
+//! `colball solve --connect URL`.
+//!
+//! Results are converted back into solver types (the move sequence is
+//! parsed and checked against the puzzle's size), so the command prints
+//! exactly what the in-process mode prints.
+
+use std::time::Duration;
+
+use colball_proto::puzzle_to_wire;
+use colball_proto::v1::solver_client::SolverClient;
+use colball_proto::v1::{self, puzzle_result};
+use colball_solver::{Puzzle, Solution, parse_moves};
+use thiserror::Error;
+use tokio_stream::{Stream, StreamExt};
+use tonic::transport::{Channel, Endpoint};
+
+/// The environment variable `colball solve` reads the cluster URL from when
+/// `--connect` is not given.
+pub const CONNECT_ENV: &str = "COLBALL_CONNECT";
+
+/// Puzzles per request when a batch is larger: keeps each request well
+/// under the message-size limits and the coordinator's per-request cap.
+pub const REQUEST_CHUNK: usize = 20_000;
+
+/// What went wrong talking to the cluster.
+#[derive(Debug, Error)]
+pub enum ClientError {
+    #[error("bad cluster URL {url:?}: {reason}")]
+    BadUrl { url: String, reason: String },
+    #[error("cannot connect to {url}: {source}")]
+    Connect {
+        url: String,
+        #[source]
+        source: tonic::transport::Error,
+    },
+    #[error("the cluster answered {}: {}", .0.code(), .0.message())]
+    Status(#[from] tonic::Status),
+    #[error("puzzle {id:?}: {message}")]
+    Puzzle { id: String, message: String },
+    #[error("the cluster sent a malformed result: {0}")]
+    Protocol(String),
+}
+
+/// One result from the cluster.
+#[derive(Clone, Debug)]
+pub struct RemoteSolved {
+    /// Position of the puzzle in its request.
+    pub index: usize,
+    pub id: String,
+    pub solution: Solution,
+    /// The strategy the worker used (`bidir`).
+    pub strategy: String,
+    /// The worker that solved it.
+    pub worker: String,
+    /// Solve time on the worker.
+    pub elapsed: Duration,
+    /// Answered from the coordinator's cache.
+    pub cached: bool,
+}
+
+/// A connection to a coordinator. Cheap to clone (one HTTP/2 connection).
+#[derive(Clone, Debug)]
+pub struct Client {
+    inner: SolverClient<Channel>,
+}
+
+impl Client {
+    /// Connects to `url` (e.g. `http://127.0.0.1:50051`).
+    pub async fn connect(url: &str) -> Result<Client, ClientError> {
+        let endpoint = Endpoint::from_shared(url.to_string())
+            .map_err(|e| ClientError::BadUrl {
+                url: url.to_string(),
+                reason: e.to_string(),
+            })?
+            .connect_timeout(Duration::from_secs(10));
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|source| ClientError::Connect {
+                url: url.to_string(),
+                source,
+            })?;
+        let inner = SolverClient::new(channel)
+            .max_decoding_message_size(64 << 20)
+            .max_encoding_message_size(64 << 20);
+        Ok(Client { inner })
+    }
+
+    /// Solves one puzzle.
+    pub async fn solve_one(
+        &mut self,
+        id: &str,
+        puzzle: &Puzzle,
+    ) -> Result<RemoteSolved, ClientError> {
+        let request = v1::SolveRequest {
+            puzzle: Some(puzzle_to_wire(id, puzzle)),
+        };
+        let result = self.inner.solve(request).await?.into_inner();
+        convert(result, &[*puzzle])
+    }
+
+    /// Solves a batch; results arrive as they finish (or in input order
+    /// with `ordered`). A per-puzzle failure is an `Err` item naming the
+    /// puzzle; a broken stream is an `Err` item too, and the last one.
+    pub async fn solve_stream(
+        &mut self,
+        puzzles: &[(String, Puzzle)],
+        ordered: bool,
+    ) -> Result<impl Stream<Item = Result<RemoteSolved, ClientError>> + use<>, ClientError> {
+        let request = v1::SolveBatchRequest {
+            puzzles: puzzles
+                .iter()
+                .map(|(id, p)| puzzle_to_wire(id.clone(), p))
+                .collect(),
+            ordered,
+        };
+        let list: Vec<Puzzle> = puzzles.iter().map(|(_, p)| *p).collect();
+        let stream = self.inner.solve_batch(request).await?.into_inner();
+        Ok(stream.map(move |item| match item {
+            Ok(result) => convert(result, &list),
+            Err(status) => Err(ClientError::Status(status)),
+        }))
+    }
+}
+
+/// Turns a wire result into solver types, checking it against the puzzle.
+fn convert(result: v1::PuzzleResult, puzzles: &[Puzzle]) -> Result<RemoteSolved, ClientError> {
+    let index = result.index as usize;
+    let id = result.id;
+    let Some(puzzle) = puzzles.get(index) else {
+        return Err(ClientError::Protocol(format!(
+            "result index {index} out of range"
+        )));
+    };
+    let solved = match result.outcome {
+        Some(puzzle_result::Outcome::Solved(s)) => s,
+        Some(puzzle_result::Outcome::Error(e)) => {
+            return Err(ClientError::Puzzle {
+                id,
+                message: e.message,
+            });
+        }
+        None => {
+            return Err(ClientError::Protocol(format!(
+                "result for {id:?} has no outcome"
+            )));
+        }
+    };
+    let solution = if solved.moves < 0 {
+        Solution::Unreachable
+    } else {
+        let path = parse_moves(puzzle.size(), &solved.solution)
+            .map_err(|e| ClientError::Protocol(format!("puzzle {id:?}: bad solution: {e}")))?;
+        if path.len() as i64 != solved.moves {
+            return Err(ClientError::Protocol(format!(
+                "puzzle {id:?}: {} moves reported, {} given",
+                solved.moves,
+                path.len()
+            )));
+        }
+        Solution::Solved(path)
+    };
+    Ok(RemoteSolved {
+        index,
+        id,
+        solution,
+        strategy: solved.strategy,
+        worker: solved.worker,
+        elapsed: Duration::from_micros(solved.time_us),
+        cached: solved.cached,
+    })
+}
+
+/// A failure of [`solve_in_order`]: the cluster's, or the consumer's.
+#[derive(Debug, Error)]
+pub enum SolveError<E> {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("{0}")]
+    Output(E),
+}
+
+/// Solves `puzzles` on the cluster at `url`, calling `on_result` once per
+/// puzzle in input order, like `local::solve_in_order`. Blocks the calling
+/// thread (it runs its own small runtime). Stops at the first failure.
+pub fn solve_in_order<E>(
+    url: &str,
+    puzzles: &[Puzzle],
+    mut on_result: impl FnMut(RemoteSolved) -> Result<(), E>,
+) -> Result<(), SolveError<E>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ClientError::Protocol(format!("cannot start the async runtime: {e}")))?;
+    runtime.block_on(async {
+        let mut client = Client::connect(url).await?;
+        for (chunk_no, chunk) in puzzles.chunks(REQUEST_CHUNK).enumerate() {
+            let base = chunk_no * REQUEST_CHUNK;
+            let named: Vec<(String, Puzzle)> = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, p)| ((base + i + 1).to_string(), *p))
+                .collect();
+            let mut stream = client.solve_stream(&named, true).await?;
+            let mut expected = 0;
+            while let Some(item) = stream.next().await {
+                let mut solved = item?;
+                if solved.index != expected {
+                    return Err(ClientError::Protocol(format!(
+                        "result {} arrived when {expected} was due",
+                        solved.index
+                    ))
+                    .into());
+                }
+                expected += 1;
+                solved.index += base;
+                on_result(solved).map_err(SolveError::Output)?;
+            }
+            if expected != chunk.len() {
+                return Err(ClientError::Protocol(format!(
+                    "the stream ended after {expected} of {} results",
+                    chunk.len()
+                ))
+                .into());
+            }
+        }
+        Ok(())
+    })
+}
