@@ -88,6 +88,12 @@ impl LocalCluster {
         handle.await.ok()
     }
 
+    /// Waits for a worker to end on its own (for example when refused).
+    pub async fn join_worker(&mut self, index: usize) -> Option<Result<(), worker::WorkerError>> {
+        let (_, handle) = self.workers.get_mut(index)?;
+        handle.await.ok()
+    }
+
     /// Waits until `n` workers are registered (bounded by `timeout`).
     pub async fn wait_for_workers(&self, n: usize, timeout: std::time::Duration) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;

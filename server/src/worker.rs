@@ -340,11 +340,9 @@ async fn session(
     let mut heartbeat = tokio::time::interval(Duration::from_secs(1));
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        // A draining worker leaves when the coordinator closes the session
+        // (it does once the worker holds nothing), or at the deadline.
         if let Some(deadline) = draining {
-            if held.is_empty() {
-                tracing::info!("drained; leaving");
-                return SessionEnd::Drained;
-            }
             if tokio::time::Instant::now() >= deadline {
                 tracing::warn!(
                     tasks = held.len(),
@@ -363,6 +361,10 @@ async fn session(
             message = inbound.message() => {
                 let message = match message {
                     Ok(Some(m)) => m,
+                    Ok(None) if draining.is_some() => {
+                        tracing::info!(unreported = held.len(), "drained; leaving");
+                        return SessionEnd::Drained;
+                    }
                     Ok(None) => return ended(draining, "the coordinator closed the session"),
                     Err(s) => return ended(draining, &format!("session broken: {s}")),
                 };

@@ -541,7 +541,7 @@ async fn session_loop(shared: Arc<Shared>, worker: u64, mut inbound: Streaming<v
             Some(worker_message::Kind::Heartbeat(_)) | None => {}
             Some(worker_message::Kind::Draining(_)) => {
                 tracing::info!(worker, "worker draining");
-                state.drain_worker(worker);
+                state.drain_worker(worker, Instant::now());
             }
             Some(worker_message::Kind::Result(result)) => {
                 if let Err(e) = state.on_result(worker, result, &shared.cache) {

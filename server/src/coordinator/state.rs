@@ -249,9 +249,23 @@ impl State {
     }
 
     /// The worker takes no more work; it finishes what it holds.
-    pub fn drain_worker(&mut self, worker: u64) {
+    pub fn drain_worker(&mut self, worker: u64, now: Instant) {
         if let Some(w) = self.workers.get_mut(&worker) {
             w.draining = true;
+        }
+        self.release_if_drained(worker, now);
+    }
+
+    /// Closes a draining worker's session once it holds nothing: the
+    /// coordinator, not the worker, decides the end, so an assignment
+    /// still on the wire when the worker asked to drain is never lost.
+    fn release_if_drained(&mut self, worker: u64, now: Instant) {
+        if self
+            .workers
+            .get(&worker)
+            .is_some_and(|w| w.draining && w.in_flight.is_empty())
+        {
+            self.lose_worker(worker, "left", now);
         }
     }
 
@@ -365,6 +379,7 @@ impl State {
             }
         }
         self.dispatch();
+        self.release_if_drained(worker, Instant::now());
         Ok(())
     }
 
