@@ -1,0 +1,276 @@
+//! The real `colball-server` binaries as processes: a coordinator and
+//! workers on loopback, killed and signalled mid-batch.
+//!
+//! Every child is killed when its guard drops; addresses come from the
+//! coordinator's `listening ADDR` / `http ADDR` lines, and waits poll
+//! `/metrics` with a bounded deadline.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+mod common;
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use colball_client::remote::{Client, ClientError};
+use common::{four_by_four, mixed};
+use tokio_stream::StreamExt;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A child process killed on drop.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Proc {
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{name}"), self.0.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits (bounded) for the process to exit; returns its status.
+    fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "process did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+struct Coordinator {
+    _proc: Proc,
+    url: String,
+    http: String,
+}
+
+fn server() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_colball-server"));
+    c.env("RUST_LOG", "warn");
+    c
+}
+
+fn coordinator(extra: &[&str]) -> Coordinator {
+    let mut child = server()
+        .args([
+            "coordinator",
+            "--listen",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+            "--heartbeat-ms",
+            "200",
+        ])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let proc = Proc(child);
+    let mut url = None;
+    let mut http = None;
+    while url.is_none() || http.is_none() {
+        let line = lines.next().expect("coordinator exited early").unwrap();
+        if let Some(addr) = line.strip_prefix("listening ") {
+            url = Some(format!("http://{addr}"));
+        } else if let Some(addr) = line.strip_prefix("http ") {
+            http = Some(addr.to_string());
+        }
+    }
+    Coordinator {
+        _proc: proc,
+        url: url.unwrap(),
+        http: http.unwrap(),
+    }
+}
+
+fn worker(url: &str, name: &str, extra: &[&str]) -> Proc {
+    Proc(
+        server()
+            .args([
+                "worker",
+                "--coordinator",
+                url,
+                "--threads",
+                "1",
+                "--name",
+                name,
+            ])
+            .args(extra)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// One value from the coordinator's /metrics.
+fn metric(http: &str, name: &str) -> u64 {
+    let mut s = TcpStream::connect(http).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    let key = format!("colball_{name} ");
+    body.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .unwrap_or_else(|| panic!("no metric {name} in {body}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Polls /metrics until `name` satisfies `ok`, within `WAIT`.
+async fn wait_metric(http: &str, name: &str, ok: impl Fn(u64) -> bool) -> u64 {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let v = metric(http, name);
+        if ok(v) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{name} stuck at {v}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_solve_2000_mixed_puzzles_like_in_process() {
+    let c = coordinator(&[]);
+    let _a = worker(&c.url, "a", &[]);
+    let _b = worker(&c.url, "b", &[]);
+    wait_metric(&c.http, "workers", |n| n == 2).await;
+    let (puzzles, answers) = mixed(21, 2000, 100);
+    let mut client = Client::connect(&c.url).await.unwrap();
+    let mut stream = client.solve_stream(&puzzles, true).await.unwrap();
+    let mut next = 0;
+    let mut workers = HashSet::new();
+    while let Some(r) = stream.next().await {
+        let r = r.unwrap();
+        assert_eq!(r.index, next);
+        assert_eq!(r.solution.answer(), answers[r.index], "{}", r.id);
+        workers.insert(r.worker.split('#').next().unwrap().to_string());
+        next += 1;
+    }
+    assert_eq!(next, 2000);
+    assert_eq!(workers.len(), 2, "{workers:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_batch_loses_nothing() {
+    let c = coordinator(&[]);
+    let a = worker(&c.url, "a", &[]);
+    let _b = worker(&c.url, "b", &[]);
+    wait_metric(&c.http, "workers", |n| n == 2).await;
+    let puzzles = four_by_four(22, 400);
+    let mut client = Client::connect(&c.url).await.unwrap();
+    let mut stream = client.solve_stream(&puzzles, false).await.unwrap();
+    let mut results = Vec::new();
+    while results.len() < 20 {
+        results.push(stream.next().await.unwrap().unwrap());
+    }
+    drop(a); // SIGKILL
+    while let Some(r) = stream.next().await {
+        results.push(r.unwrap());
+    }
+    let mut seen = HashSet::new();
+    let mut search = colball_solver::BidirSearch::new();
+    for r in &results {
+        assert!(seen.insert(r.index), "result {} twice", r.index);
+        let answer = search.solve(&puzzles[r.index].1).answer();
+        assert_eq!(r.solution.answer(), answer, "{}", r.id);
+    }
+    assert_eq!(seen.len(), puzzles.len());
+    assert_eq!(metric(&c.http, "workers_lost_total"), 1);
+    assert!(metric(&c.http, "redispatched_total") >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_disconnects_stops_the_work_on_its_puzzles() {
+    let c = coordinator(&[]);
+    let _a = worker(&c.url, "a", &[]);
+    wait_metric(&c.http, "workers", |n| n == 1).await;
+    let puzzles = four_by_four(23, 3000);
+    {
+        let mut client = Client::connect(&c.url).await.unwrap();
+        let mut stream = client.solve_stream(&puzzles, false).await.unwrap();
+        for _ in 0..5 {
+            stream.next().await.unwrap().unwrap();
+        }
+    } // the client goes away
+    wait_metric(&c.http, "pending", |n| n == 0).await;
+    wait_metric(&c.http, "in_flight", |n| n == 0).await;
+    let solved = metric(&c.http, "solved_total");
+    assert!(solved < 1000, "{solved} solved after the client left");
+    assert!(metric(&c.http, "cancelled_total") > 2000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_protocol_version_mismatch_is_refused() {
+    let c = coordinator(&[]);
+    let mut old = worker(&c.url, "old", &["--protocol-version", "99"]);
+    let status = old.wait_exit();
+    assert!(!status.success());
+    let mut stderr = String::new();
+    old.0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(
+        stderr.contains("refused") && stderr.contains("protocol version 99"),
+        "{stderr}"
+    );
+    assert_eq!(metric(&c.http, "workers"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_without_workers_says_so() {
+    let c = coordinator(&["--worker-grace-secs", "0.3"]);
+    let (puzzles, _) = mixed(24, 3, 0);
+    let mut client = Client::connect(&c.url).await.unwrap();
+    let Err(ClientError::Status(status)) = client.solve_stream(&puzzles, false).await else {
+        panic!("expected a status");
+    };
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+    assert!(
+        status.message().contains("no worker has joined"),
+        "{status:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_a_busy_worker_without_losing_results() {
+    let c = coordinator(&[]);
+    let mut a = worker(&c.url, "a", &[]);
+    let _b = worker(&c.url, "b", &[]);
+    wait_metric(&c.http, "workers", |n| n == 2).await;
+    let puzzles = four_by_four(25, 400);
+    let mut client = Client::connect(&c.url).await.unwrap();
+    let mut stream = client.solve_stream(&puzzles, false).await.unwrap();
+    let mut seen = HashSet::new();
+    while seen.len() < 20 {
+        seen.insert(stream.next().await.unwrap().unwrap().index);
+    }
+    a.signal("TERM");
+    while let Some(r) = stream.next().await {
+        assert!(seen.insert(r.unwrap().index));
+    }
+    assert_eq!(seen.len(), puzzles.len());
+    assert!(a.wait_exit().success());
+    assert_eq!(metric(&c.http, "workers_lost_total"), 0);
+    assert_eq!(metric(&c.http, "redispatched_total"), 0);
+}
