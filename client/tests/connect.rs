@@ -1,0 +1,104 @@
+//! `colball solve --connect` against an in-process cluster on loopback:
+//! the same output as the in-process mode.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use colball_server::coordinator::Config;
+use colball_server::testing::LocalCluster;
+
+fn colball(args: &[&str], env: Option<(&str, &str)>, stdin: &[u8]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_colball"));
+    command.env_remove("COLBALL_CONNECT");
+    if let Some((k, v)) = env {
+        command.env(k, v);
+    }
+    let mut child = command
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_prints_what_in_process_prints() {
+    let cluster = LocalCluster::start(Config::default(), 2, 1).await.unwrap();
+    let url = cluster.url();
+    let generated = colball(
+        &[
+            "gen",
+            "--size",
+            "2x2,2x3,3x3,4x3",
+            "--count",
+            "300",
+            "--seed",
+            "9",
+        ],
+        None,
+        b"",
+    );
+    assert!(generated.status.success());
+    let input = generated.stdout;
+    let local = colball(&["solve", "--strategy", "bidir", "--moves"], None, &input);
+    assert!(local.status.success());
+    let remote = tokio::task::spawn_blocking({
+        let (url, input) = (url.clone(), input.clone());
+        move || colball(&["solve", "--moves", "--connect", &url], None, &input)
+    })
+    .await
+    .unwrap();
+    assert!(
+        remote.status.success(),
+        "{}",
+        String::from_utf8_lossy(&remote.stderr)
+    );
+    assert_eq!(remote.stdout, local.stdout);
+
+    // The URL can come from COLBALL_CONNECT; JSON Lines output too.
+    let local = colball(&["solve", "--output", "jsonl"], None, &input);
+    let remote = tokio::task::spawn_blocking(move || {
+        colball(
+            &["solve", "--output", "jsonl"],
+            Some(("COLBALL_CONNECT", &url)),
+            &input,
+        )
+    })
+    .await
+    .unwrap();
+    assert!(remote.status.success());
+    let answers = |out: &[u8]| -> Vec<(String, i64)> {
+        String::from_utf8_lossy(out)
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                (
+                    v["id"].as_str().unwrap().to_string(),
+                    v["moves"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(answers(&remote.stdout), answers(&local.stdout));
+    cluster.shutdown().await;
+}
+
+#[test]
+fn connect_to_nothing_is_a_clear_error() {
+    let out = colball(
+        &["solve", "--connect", "http://127.0.0.1:1"],
+        None,
+        b"2 2\nRB\nBG\nBR\nGB\n0\n",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("cannot connect to http://127.0.0.1:1"),
+        "{stderr}"
+    );
+}
