@@ -115,3 +115,167 @@ mod tests {
         assert_eq!(s.mean, Duration::from_micros(50_500));
     }
 }
+
+/// Figures for choosing and checking strategies (`colball bench --strategies`).
+pub mod strategies {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use colball_solver::generate::Generator;
+    use colball_solver::symmetry::Symmetry;
+    use colball_solver::table::DistanceTable;
+    use colball_solver::{
+        BidirSearch, Engine, EngineConfig, IdaStar, Puzzle, Size, Solver, Strategy,
+    };
+
+    fn mean_time(puzzles: &[Puzzle], mut solve: impl FnMut(&Puzzle)) -> Duration {
+        let began = Instant::now();
+        for p in puzzles {
+            solve(p);
+        }
+        began.elapsed() / puzzles.len().max(1) as u32
+    }
+
+    /// Per size: table build time (1 thread and `threads`), mean time per
+    /// puzzle by bidirectional search and by table, and the break-even count.
+    #[derive(Clone, Debug)]
+    pub struct BreakEven {
+        pub size: Size,
+        pub build_one: Duration,
+        pub build_all: Duration,
+        pub bidir: Duration,
+        pub table: Duration,
+        pub break_even: u64,
+    }
+
+    pub fn break_even(size: Size, samples: usize, threads: usize, seed: u64) -> BreakEven {
+        let mut g = Generator::new(seed);
+        let target = g.board(size);
+        let puzzles: Vec<Puzzle> = (0..samples)
+            .map(|_| Puzzle::new(g.board(size), target).expect("same size"))
+            .collect();
+        let began = Instant::now();
+        let table = DistanceTable::build(target, 1);
+        let build_one = began.elapsed();
+        let began = Instant::now();
+        DistanceTable::build(target, threads);
+        let build_all = began.elapsed();
+        let mut search = BidirSearch::new();
+        search.solve(&puzzles[0]);
+        let bidir = mean_time(&puzzles, |p| {
+            std::hint::black_box(search.solve(p));
+        });
+        let table_time = mean_time(&puzzles, |p| {
+            std::hint::black_box(table.solve(p));
+        });
+        let saved = bidir.saturating_sub(table_time).as_nanos().max(1);
+        BreakEven {
+            size,
+            build_one,
+            build_all,
+            bidir,
+            table: table_time,
+            break_even: (build_one.as_nanos() / saved) as u64,
+        }
+    }
+
+    /// End-to-end throughput (puzzles per second) of one thread on `puzzles`
+    /// with a fresh engine of `strategy` (cache, tables and all).
+    pub fn throughput(puzzles: &[Puzzle], strategy: Strategy) -> (f64, Arc<Engine>) {
+        let engine = Engine::new(EngineConfig {
+            strategy,
+            ..EngineConfig::default()
+        });
+        let began = Instant::now();
+        engine.announce(puzzles);
+        let mut solver = Solver::new(engine.clone());
+        for p in puzzles {
+            std::hint::black_box(solver.solve(p));
+        }
+        (puzzles.len() as f64 / began.elapsed().as_secs_f64(), engine)
+    }
+
+    /// `count` 4x4 puzzles with one shared target.
+    pub fn shared_target(count: usize, seed: u64) -> Vec<Puzzle> {
+        let size = Size::new(4, 4).expect("legal");
+        let mut g = Generator::new(seed);
+        let target = g.board(size);
+        (0..count)
+            .map(|_| Puzzle::new(g.board(size), target).expect("same size"))
+            .collect()
+    }
+
+    /// `count` 4x4 puzzles of which every second one repeats an earlier one
+    /// under a random symmetry.
+    pub fn half_repeats(count: usize, seed: u64) -> Vec<Puzzle> {
+        let size = Size::new(4, 4).expect("legal");
+        let mut g = Generator::new(seed);
+        let symmetries: Vec<Symmetry> = Symmetry::all().collect();
+        let mut puzzles: Vec<Puzzle> = Vec::with_capacity(count);
+        for i in 0..count {
+            if i % 2 == 1 {
+                let earlier = puzzles[g.index(puzzles.len())];
+                let sym = symmetries[g.index(symmetries.len())];
+                puzzles.push(sym.puzzle(&earlier));
+            } else {
+                puzzles.push(g.uniform(size));
+            }
+        }
+        puzzles
+    }
+
+    /// Mean time per puzzle of IDA* and of bidirectional search, by
+    /// distance, on 4x4 puzzles scrambled by 0..=12 moves. IDA* stops being
+    /// measured at a distance once one of its solves takes over `cap`.
+    pub fn by_distance(
+        per_distance: usize,
+        cap: Duration,
+        seed: u64,
+    ) -> Vec<(usize, usize, Duration, Option<Duration>)> {
+        let size = Size::new(4, 4).expect("legal");
+        let mut g = Generator::new(seed);
+        let mut bidir = BidirSearch::new();
+        let mut buckets: Vec<Vec<Puzzle>> = vec![Vec::new(); 14];
+        let mut tries = 0;
+        while buckets.iter().take(13).any(|b| b.len() < per_distance) && tries < 200_000 {
+            tries += 1;
+            let k = tries % 13;
+            let p = if k >= 11 {
+                g.uniform(size)
+            } else {
+                g.scrambled(size, k)
+            };
+            let d = bidir.solve(&p).distance().expect("4x4 is connected");
+            if buckets[d].len() < per_distance {
+                buckets[d].push(p);
+            }
+        }
+        let mut ida = IdaStar::new();
+        let mut ida_ok = true;
+        buckets
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| !b.is_empty())
+            .map(|(d, puzzles)| {
+                let b = mean_time(puzzles, |p| {
+                    std::hint::black_box(bidir.solve(p));
+                });
+                let i = if ida_ok {
+                    let mut worst = Duration::ZERO;
+                    let mean = mean_time(puzzles, |p| {
+                        let began = Instant::now();
+                        if worst <= cap {
+                            std::hint::black_box(ida.solve(p));
+                        }
+                        worst = worst.max(began.elapsed());
+                    });
+                    ida_ok = worst <= cap;
+                    ida_ok.then_some(mean)
+                } else {
+                    None
+                };
+                (d, puzzles.len(), b, i)
+            })
+            .collect()
+    }
+}

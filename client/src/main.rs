@@ -139,6 +139,11 @@ struct BenchArgs {
     /// Seed for the random puzzles.
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// Measure the strategies instead: table break-even per size, a batch
+    /// sharing one target, a batch with repeats, IDA* against bidirectional
+    /// search by distance.
+    #[arg(long)]
+    strategies: bool,
 }
 
 fn main() -> ExitCode {
@@ -253,38 +258,31 @@ fn solve(args: SolveArgs) -> Result<ExitCode> {
             }
             Ok(())
         };
-    let mut emit = |solution: &Solution, strategy: &str, elapsed: std::time::Duration| -> io::Result<()> {
-            flush_errors(&mut out, &mut entries)?;
-            let Some(Entry::Puzzle { id }) = entries.next() else {
-                unreachable!("one entry per puzzle")
-            };
-            match output {
-                OutputFormat::Classic => {
-                    writeln!(
-                        out,
-                        "{}",
-                        classic::format_answer(solution, args.moves)
-                    )
-                }
-                OutputFormat::Jsonl => {
-                    let record = jsonl::SolvedRecord::new(
-                        id,
-                        solution,
-                        strategy,
-                        elapsed.as_micros() as u64,
-                    );
-                    writeln!(out, "{}", jsonl::to_line(&record))
-                }
-            }
+    let mut emit = |solution: &Solution,
+                    strategy: &str,
+                    elapsed: std::time::Duration|
+     -> io::Result<()> {
+        flush_errors(&mut out, &mut entries)?;
+        let Some(Entry::Puzzle { id }) = entries.next() else {
+            unreachable!("one entry per puzzle")
         };
+        match output {
+            OutputFormat::Classic => {
+                writeln!(out, "{}", classic::format_answer(solution, args.moves))
+            }
+            OutputFormat::Jsonl => {
+                let record =
+                    jsonl::SolvedRecord::new(id, solution, strategy, elapsed.as_micros() as u64);
+                writeln!(out, "{}", jsonl::to_line(&record))
+            }
+        }
+    };
     if let Some(url) = &args.connect {
-        remote::solve_in_order(url, &puzzles, |r| {
-            emit(&r.solution, &r.strategy, r.elapsed)
-        })
-        .map_err(|e| match e {
-            remote::SolveError::Output(e) => anyhow::Error::from(e),
-            remote::SolveError::Client(e) => anyhow::Error::from(e),
-        })?;
+        remote::solve_in_order(url, &puzzles, |r| emit(&r.solution, &r.strategy, r.elapsed))
+            .map_err(|e| match e {
+                remote::SolveError::Output(e) => anyhow::Error::from(e),
+                remote::SolveError::Client(e) => anyhow::Error::from(e),
+            })?;
     } else {
         let engine = args.engine.engine(threads);
         local::solve_in_order(&puzzles, threads, &engine, |solved: Solved| {
@@ -327,6 +325,9 @@ fn generate(args: GenArgs) -> Result<()> {
 }
 
 fn run_bench(args: BenchArgs) -> Result<()> {
+    if args.strategies {
+        return bench_strategies(&args);
+    }
     let mut search = BidirSearch::new();
     let mut g = Generator::new(args.seed);
     let size4 = Size::new(4, 4).expect("legal");
@@ -390,6 +391,97 @@ fn run_bench(args: BenchArgs) -> Result<()> {
         println!(
             "peak RSS of this process: {:.1} MiB",
             rss as f64 / (1 << 20) as f64
+        );
+    }
+    Ok(())
+}
+
+fn bench_strategies(args: &BenchArgs) -> Result<()> {
+    use colball_client::bench::strategies as s;
+    let threads = local::default_threads();
+    println!("colball bench --strategies (one solver thread unless said)\n");
+    println!("distance tables: build time, time per puzzle, break-even");
+    println!(
+        "{:<6} {:>12} {:>12} {:>11} {:>11} {:>11}",
+        "size",
+        "build 1 thr",
+        format!("build {threads} thr"),
+        "bidir",
+        "table",
+        "break-even"
+    );
+    for size in Size::ALL {
+        let b = s::break_even(size, 300, threads, args.seed);
+        println!(
+            "{:<6} {:>12} {:>12} {:>11} {:>11} {:>11}",
+            size.to_string(),
+            human(b.build_one),
+            human(b.build_all),
+            human(b.bidir),
+            human(b.table),
+            b.break_even
+        );
+    }
+
+    println!(
+        "\n{} 4x4 puzzles sharing one target, end to end:",
+        args.count
+    );
+    let shared = s::shared_target(args.count, args.seed);
+    for strategy in [Strategy::Auto, Strategy::Bidir] {
+        let (rate, engine) = s::throughput(&shared, strategy);
+        let st = engine.stats();
+        println!(
+            "  {strategy:<8} {rate:>9.0} puzzles/s  (table builds {}, cache hits {})",
+            st.table_builds, st.hits
+        );
+    }
+
+    println!(
+        "\n{} 4x4 puzzles, every second one a repeat under a symmetry:",
+        args.count
+    );
+    let repeats = s::half_repeats(args.count, args.seed);
+    let (with_cache, engine) = s::throughput(&repeats, Strategy::Auto);
+    let st = engine.stats();
+    let (without, _) = s::throughput(&repeats, Strategy::Bidir);
+    let no_cache = {
+        let engine = Engine::new(EngineConfig {
+            strategy: Strategy::Bidir,
+            cache: CacheConfig {
+                max_entries: 0,
+                ..CacheConfig::default()
+            },
+            ..EngineConfig::default()
+        });
+        let began = Instant::now();
+        let mut solver = colball_solver::Solver::new(engine);
+        for p in &repeats {
+            std::hint::black_box(solver.solve(p));
+        }
+        repeats.len() as f64 / began.elapsed().as_secs_f64()
+    };
+    println!(
+        "  auto with cache {with_cache:.0}/s, bidir with cache {without:.0}/s, bidir without cache {no_cache:.0}/s"
+    );
+    println!(
+        "  hit rate {:.1}% ({} hits, {} misses); speedup over no cache {:.2}x",
+        100.0 * st.hits as f64 / (st.hits + st.misses).max(1) as f64,
+        st.hits,
+        st.misses,
+        with_cache / no_cache
+    );
+
+    println!("\nIDA* against bidirectional search, 4x4, mean per puzzle by distance:");
+    println!(
+        "{:>8} {:>6} {:>11} {:>11}",
+        "distance", "count", "bidir", "idastar"
+    );
+    for (d, n, bidir, ida) in s::by_distance(20, std::time::Duration::from_secs(2), args.seed) {
+        println!(
+            "{d:>8} {n:>6} {:>11} {:>11}",
+            human(bidir),
+            ida.map_or_else(|| "> 2 s".to_string(), human)
         );
     }
     Ok(())

@@ -202,3 +202,33 @@ fn usage_errors_are_reported_by_clap() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("out of range"));
 }
+
+#[test]
+fn every_strategy_prints_the_same_answers() {
+    let made = colball(
+        &[
+            "gen",
+            "--size",
+            "2x2,3x3,3x4",
+            "--count",
+            "80",
+            "--seed",
+            "5",
+            "--scramble",
+            "7",
+        ],
+        b"",
+    );
+    let outputs: Vec<String> = ["auto", "bidir", "idastar", "table"]
+        .iter()
+        .map(|s| {
+            let out = colball(&["solve", "--strategy", s], &made.stdout);
+            assert!(out.status.success(), "{s}: {}", text(&out.stderr));
+            text(&out.stdout)
+        })
+        .collect();
+    assert!(outputs.iter().all(|o| o == &outputs[0]));
+    let out = colball(&["solve", "--strategy", "magic"], &made.stdout);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("unknown strategy"));
+}

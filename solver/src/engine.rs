@@ -9,8 +9,9 @@
 //! `auto` decides per puzzle: a cached answer if there is one; a distance
 //! table if one is built for the puzzle's (canonical) target, or if enough
 //! puzzles with that target were announced for a table to pay for itself
-//! ([`break_even`]); otherwise the bidirectional search. A puzzle whose
-//! target is not worth a table never waits for one.
+//! ([`break_even`]); IDA* if the puzzle turns out to be at most
+//! [`IDA_STAR_MAX_DEPTH`] moves apart; otherwise the bidirectional search. A
+//! puzzle whose target is not worth a table never waits for one.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -112,13 +113,19 @@ pub struct Answer {
 /// does a search.
 pub fn break_even(size: Size) -> u64 {
     match size.cells() {
-        0..=6 => 400,
-        8 => 300,
-        9 => 200,
-        12 => 800,
+        4 => 1,
+        6 => 5_000,
+        8 | 9 => 1_800,
+        12 => 700,
         _ => 2_500,
     }
 }
+
+/// Up to this distance IDA* beats the bidirectional search (4x4: about 2x
+/// at distances 1 to 4, slower from 5 on; see docs/PERFORMANCE.md), so
+/// `auto` first tries IDA* limited to this depth when the lower bound allows
+/// it. A failed attempt costs a few microseconds.
+pub const IDA_STAR_MAX_DEPTH: u8 = 4;
 
 /// Settings of an [`Engine`].
 #[derive(Clone, Debug)]
@@ -275,9 +282,15 @@ impl Solver {
                     .demand
                     .get(&table_key(target))
                     .is_some_and(|n| *n >= break_even(size));
-                match self.try_table(puzzle, wanted) {
-                    Some(solution) => (solution, Method::Table),
-                    None => (self.bidir.solve(puzzle), Method::Bidir),
+                if let Some(solution) = self.try_table(puzzle, wanted) {
+                    (solution, Method::Table)
+                } else if let Some(solution) = (self.ida.lower_bound(puzzle) <= IDA_STAR_MAX_DEPTH)
+                    .then(|| self.ida.solve_within(puzzle, IDA_STAR_MAX_DEPTH))
+                    .flatten()
+                {
+                    (solution, Method::IdaStar)
+                } else {
+                    (self.bidir.solve(puzzle), Method::Bidir)
                 }
             }
         };

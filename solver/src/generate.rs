@@ -61,6 +61,11 @@ impl Generator {
         }
     }
 
+    /// A uniformly random index below `len` (which must not be 0).
+    pub fn index(&mut self, len: usize) -> usize {
+        self.rng.random_range(0..len)
+    }
+
     /// One of `sizes`, chosen uniformly.
     pub fn pick(&mut self, sizes: &[Size]) -> Size {
         sizes[self.rng.random_range(0..sizes.len())]

@@ -79,27 +79,7 @@ impl DistanceTable {
         loop {
             let next_code = u64::from(depth + 1) % MODULUS;
             let added = if top_down && frontier.len() * 2 <= states - reached {
-                let mut next = Vec::new();
-                let mut batch = Vec::with_capacity(CHUNK * self.moves.len());
-                for chunk in frontier.chunks(CHUNK) {
-                    // Compute and prefetch a chunk's predecessors first, so
-                    // that their cache misses overlap.
-                    batch.clear();
-                    for &y in chunk {
-                        for m in 0..self.moves.len() {
-                            let x = self.moves.apply_inverse(y, m);
-                            let r = rank(x);
-                            crate::search::prefetch(&self.codes[r / PER_WORD]);
-                            batch.push((x, r));
-                        }
-                    }
-                    for &(x, r) in &batch {
-                        if self.code(r) == UNREACHED {
-                            self.set(r, next_code);
-                            next.push(x);
-                        }
-                    }
-                }
+                let next = self.top_down(&frontier, next_code, threads);
                 let added = next.len();
                 frontier = next;
                 added
@@ -116,6 +96,55 @@ impl DistanceTable {
         }
         self.radius = depth;
         self
+    }
+
+    /// The unreached predecessors of `frontier`, marked `next_code`.
+    fn top_down(&self, frontier: &[u32], next_code: u64, threads: usize) -> Vec<u32> {
+        if threads == 1 || frontier.len() < 1 << 16 {
+            return self.top_down_part(frontier, next_code);
+        }
+        let per_thread = frontier.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            let parts: Vec<_> = frontier
+                .chunks(per_thread)
+                .map(|part| scope.spawn(move || self.top_down_part(part, next_code)))
+                .collect();
+            parts
+                .into_iter()
+                .flat_map(|p| p.join().expect("table build thread panicked"))
+                .collect()
+        })
+    }
+
+    fn top_down_part(&self, frontier: &[u32], next_code: u64) -> Vec<u32> {
+        let mut next = Vec::new();
+        let mut batch = Vec::with_capacity(CHUNK * self.moves.len());
+        for chunk in frontier.chunks(CHUNK) {
+            // Compute and prefetch a chunk's predecessors first, so that
+            // their cache misses overlap.
+            batch.clear();
+            for &y in chunk {
+                for m in 0..self.moves.len() {
+                    let x = self.moves.apply_inverse(y, m);
+                    let r = rank(x);
+                    crate::search::prefetch(&self.codes[r / PER_WORD]);
+                    batch.push((x, r));
+                }
+            }
+            for &(x, r) in &batch {
+                if self.code(r) == UNREACHED {
+                    // Claim it atomically: when threads share a layer, only
+                    // the one that turns "unreached" into the code keeps it.
+                    let shift = BITS * (r % PER_WORD);
+                    let old = self.codes[r / PER_WORD]
+                        .fetch_and(!((UNREACHED ^ next_code) << shift), Relaxed);
+                    if (old >> shift) & 7 == UNREACHED {
+                        next.push(x);
+                    }
+                }
+            }
+        }
+        next
     }
 
     /// Marks every unreached board with a successor coded `code` as `next`;

@@ -316,3 +316,123 @@ fn facts_of_the_statement_hold_up_to_3x4() {
         }
     }
 }
+
+/// Every board one move *before* `cells`: the inverse moves, straight from
+/// the statement (rotate counter-clockwise, recolour R -> G -> B -> R).
+fn predecessors(cells: &Cells, rows: usize, cols: usize) -> Vec<Cells> {
+    let mut out = Vec::new();
+    for i in 1..rows {
+        for j in 1..cols {
+            let tl = (i - 1) * cols + (j - 1);
+            let tr = (i - 1) * cols + j;
+            let br = i * cols + j;
+            let bl = i * cols + (j - 1);
+            let mut rotated = *cells;
+            rotated[tl] = cells[tr];
+            rotated[tr] = cells[br];
+            rotated[br] = cells[bl];
+            rotated[bl] = cells[tl];
+            out.push(rotated);
+            let mut recoloured = *cells;
+            for k in [tl, tr, br, bl] {
+                recoloured[k] = (cells[k] + 2) % 3;
+            }
+            out.push(recoloured);
+        }
+    }
+    out
+}
+
+/// Distances from every board that can reach `target`, to `target`.
+fn distances_to(target: &Cells, rows: usize, cols: usize) -> HashMap<Cells, u32> {
+    let mut dist = HashMap::new();
+    let mut queue = VecDeque::new();
+    dist.insert(*target, 0);
+    queue.push_back(*target);
+    while let Some(cells) = queue.pop_front() {
+        let d = dist[&cells];
+        for prev in predecessors(&cells, rows, cols) {
+            if let Entry::Vacant(slot) = dist.entry(prev) {
+                slot.insert(d + 1);
+                queue.push_back(prev);
+            }
+        }
+    }
+    dist
+}
+
+#[test]
+fn every_strategy_agrees_with_the_oracle_up_to_4x3() {
+    use colball_solver::cache::CacheConfig;
+    use colball_solver::{Engine, EngineConfig, Solver, Strategy};
+    let mut g = Generator::new(31);
+    for size in Size::ALL.into_iter().filter(|s| s.cells() <= 12) {
+        let target = g.board(size);
+        let dist = distances_to(&cells_of(&target), size.rows(), size.cols());
+        let starts: Vec<Board> = (0..120)
+            .map(|i| {
+                if i % 3 == 0 {
+                    // Near the target too, where IDA* and auto's IDA* step act.
+                    let p = g.scrambled(size, i % 7);
+                    board_from_cells(size, &cells_of(&p.start()))
+                } else {
+                    g.board(size)
+                }
+            })
+            .collect();
+        for strategy in Strategy::ALL {
+            let engine = Engine::new(EngineConfig {
+                strategy,
+                cache: CacheConfig {
+                    max_entries: 0,
+                    ..CacheConfig::default()
+                },
+                ..EngineConfig::default()
+            });
+            let mut solver = Solver::new(engine.clone());
+            // Announce enough copies for auto to choose the table too.
+            let shared: Vec<Puzzle> = starts
+                .iter()
+                .map(|&s| Puzzle::new(s, target).unwrap())
+                .collect();
+            if strategy == Strategy::Auto {
+                for _ in 0..colball_solver::engine::break_even(size) / 120 + 1 {
+                    engine.announce(&shared);
+                }
+            }
+            for p in &shared {
+                let answer = solver.solve(p);
+                check(
+                    p,
+                    &answer.solution,
+                    dist.get(&cells_of(&p.start())).copied(),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn idastar_and_a_4x4_table_agree_on_4x4_samples() {
+    use colball_solver::IdaStar;
+    use colball_solver::table::DistanceTable;
+    let size = Size::new(4, 4).unwrap();
+    let mut g = Generator::new(78);
+    let mut ida = IdaStar::new();
+    for k in 0..30 {
+        let puzzle = g.scrambled(size, k % 7);
+        let (start, target) = (cells_of(&puzzle.start()), cells_of(&puzzle.target()));
+        let expected = distance_within(&start, &target, 4, 4, 6);
+        check(&puzzle, &ida.solve(&puzzle), expected);
+    }
+    // The table against the (oracle-checked) bidirectional search, at every
+    // distance a uniform start reaches.
+    let target = g.board(size);
+    let table = DistanceTable::build(target, 2);
+    let mut bidir = colball_solver::BidirSearch::new();
+    for _ in 0..150 {
+        let p = Puzzle::new(g.board(size), target).unwrap();
+        let expected = bidir.solve(&p).distance().map(|d| d as u32);
+        check(&p, &table.solve(&p), expected);
+    }
+}

@@ -191,10 +191,10 @@ not json
 
     #[test]
     fn records_serialise() {
-        let r = SolvedRecord::new("x".into(), &Solution::Unreachable, 5);
+        let r = SolvedRecord::new("x".into(), &Solution::Unreachable, "bidir", 5);
         assert_eq!(
             to_line(&r),
-            r#"{"id":"x","moves":-1,"solution":"","time_us":5}"#
+            r#"{"id":"x","moves":-1,"solution":"","strategy":"bidir","time_us":5}"#
         );
     }
 }

@@ -153,10 +153,17 @@ impl IdaStar {
     /// reached, it first checks reachability (the 12 boards a start can
     /// reach are its 4 rotations times 3 recolourings).
     pub fn solve(&mut self, puzzle: &Puzzle) -> Solution {
+        self.solve_within(puzzle, u8::MAX)
+            .expect("without a depth limit every reachable puzzle is solved")
+    }
+
+    /// Solves one puzzle exactly if its distance is at most `max_depth`;
+    /// `None` means it is farther (unreachable puzzles are answered).
+    pub fn solve_within(&mut self, puzzle: &Puzzle, max_depth: u8) -> Option<Solution> {
         let size = puzzle.size();
         let (start, target) = (puzzle.start().packed(), puzzle.target().packed());
         if size.windows() == 1 && !reachable_2x2(puzzle.start(), puzzle.target()) {
-            return Solution::Unreachable;
+            return Some(Solution::Unreachable);
         }
         let cells = size.cells() as u32;
         self.tables(size);
@@ -169,6 +176,9 @@ impl IdaStar {
         self.nodes = 0;
         let mut limit = bound(tables, start, target, cells);
         loop {
+            if limit > max_depth {
+                return None;
+            }
             self.path.clear();
             let mut dfs = Dfs {
                 tables,
@@ -184,12 +194,12 @@ impl IdaStar {
                 Found::No(next_limit) => limit = next_limit,
             }
         }
-        Solution::Solved(
+        Some(Solution::Solved(
             self.path
                 .iter()
                 .map(|&m| tables.moves.get(m as usize))
                 .collect(),
-        )
+        ))
     }
 }
 
@@ -288,6 +298,23 @@ mod tests {
                 if let Some(path) = got.path() {
                     assert_eq!(crate::apply_moves(p.start(), path).unwrap(), p.target());
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn a_depth_limit_answers_near_puzzles_only() {
+        let mut g = Generator::new(14);
+        let mut ida = IdaStar::new();
+        let mut bidir = BidirSearch::new();
+        let size = Size::new(4, 4).unwrap();
+        for k in 0..60 {
+            let p = g.scrambled(size, k % 9);
+            let d = bidir.solve(&p).distance().unwrap();
+            let got = ida.solve_within(&p, 4);
+            assert_eq!(got.is_some(), d <= 4);
+            if let Some(s) = got {
+                assert_eq!(s.distance(), Some(d));
             }
         }
     }
