@@ -1,1 +1,142 @@
-fn main() {}
+//! Cluster benchmarks (not timed tests): `cargo bench -p colball-server --bench cluster`.
+//!
+//! Starts in-process clusters on loopback and prints:
+//! - overhead: 1 worker with T threads against in-process solving with T
+//!   threads, on the same batch of uniformly random 4x4 puzzles;
+//! - scaling: 2 workers of 1 thread against 1 worker of 1 thread;
+//! - latency of single-puzzle requests (p50, p99) for 3x3 and 4x4 puzzles.
+//!
+//! Environment: `COUNT` (4x4 puzzles per batch, default 1000), `THREADS`
+//! (T, default all cores). The coordinator's cache is off so every puzzle
+//! is solved.
+
+#![allow(clippy::unwrap_used)] // a benchmark: a failed unwrap is a failed run
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use colball_client::remote::Client;
+use colball_server::coordinator::Config;
+use colball_server::testing::LocalCluster;
+use colball_solver::generate::Generator;
+use colball_solver::{BidirSearch, Puzzle, Size};
+use tokio_stream::StreamExt;
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn batch(seed: u64, size: Size, n: usize) -> Vec<(String, Puzzle)> {
+    let mut g = Generator::new(seed);
+    (0..n).map(|i| (format!("p{i}"), g.uniform(size))).collect()
+}
+
+/// Puzzles per second in-process: `threads` searches taking the next puzzle.
+fn in_process(puzzles: &[(String, Puzzle)], threads: usize) -> f64 {
+    let next = AtomicUsize::new(0);
+    let began = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                let mut search = BidirSearch::new();
+                while let Some((_, p)) = puzzles.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    std::hint::black_box(search.solve(p));
+                }
+            });
+        }
+    });
+    puzzles.len() as f64 / began.elapsed().as_secs_f64()
+}
+
+fn config() -> Config {
+    Config {
+        cache_capacity: 0,
+        ..Config::default()
+    }
+}
+
+/// Puzzles per second through a cluster of `workers` x `threads`.
+async fn through_cluster(puzzles: &[(String, Puzzle)], workers: usize, threads: usize) -> f64 {
+    let cluster = LocalCluster::start(config(), workers, threads)
+        .await
+        .unwrap();
+    assert!(
+        cluster
+            .wait_for_workers(workers, Duration::from_secs(10))
+            .await
+    );
+    let mut client = Client::connect(&cluster.url()).await.unwrap();
+    // Warm up: the first 4x4 solve of each thread allocates its tables.
+    let warm = batch(99, Size::new(4, 4).unwrap(), workers * threads * 4);
+    let mut s = client.solve_stream(&warm, false).await.unwrap();
+    while s.next().await.is_some() {}
+    let began = Instant::now();
+    let mut s = client.solve_stream(puzzles, false).await.unwrap();
+    let mut n = 0;
+    while let Some(r) = s.next().await {
+        r.unwrap();
+        n += 1;
+    }
+    assert_eq!(n, puzzles.len());
+    let rate = n as f64 / began.elapsed().as_secs_f64();
+    cluster.shutdown().await;
+    rate
+}
+
+async fn latency(puzzles: &[(String, Puzzle)]) -> (Duration, Duration, Duration) {
+    let cluster = LocalCluster::start(config(), 1, 1).await.unwrap();
+    assert!(cluster.wait_for_workers(1, Duration::from_secs(10)).await);
+    let mut client = Client::connect(&cluster.url()).await.unwrap();
+    let mut times = Vec::new();
+    for (id, p) in puzzles {
+        let began = Instant::now();
+        client.solve_one(id, p).await.unwrap();
+        times.push(began.elapsed());
+    }
+    cluster.shutdown().await;
+    times.sort();
+    let pick = |q: f64| times[((times.len() as f64 * q) as usize).min(times.len() - 1)];
+    (pick(0.5), pick(0.99), times[times.len() - 1])
+}
+
+fn main() {
+    let count = env("COUNT", 1000);
+    let threads = env(
+        "THREADS",
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+    );
+    let four = Size::new(4, 4).unwrap();
+    let puzzles = batch(7, four, count);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+
+    println!("colball cluster bench: {count} uniform 4x4 puzzles, loopback\n");
+    in_process(&puzzles[..count.min(50)], threads); // warm up
+    let local_t = in_process(&puzzles, threads);
+    let cluster_t = runtime.block_on(through_cluster(&puzzles, 1, threads));
+    println!("overhead ({threads} threads)");
+    println!("  in-process, {threads} threads     {local_t:>8.0} puzzles/s");
+    println!(
+        "  1 worker x {threads} threads       {cluster_t:>8.0} puzzles/s  ({:.0}% of in-process; target >= 90%)",
+        100.0 * cluster_t / local_t
+    );
+
+    let local_1 = in_process(&puzzles, 1);
+    let one = runtime.block_on(through_cluster(&puzzles, 1, 1));
+    let two = runtime.block_on(through_cluster(&puzzles, 2, 1));
+    println!("\nscaling (1 thread per worker)");
+    println!("  in-process, 1 thread      {local_1:>8.0} puzzles/s");
+    println!("  1 worker x 1 thread       {one:>8.0} puzzles/s");
+    println!(
+        "  2 workers x 1 thread      {two:>8.0} puzzles/s  ({:.2}x one worker; target >= 1.8x)",
+        two / one
+    );
+
+    println!("\nsingle-puzzle requests, 1 worker x 1 thread (p50 / p99 / max)");
+    for (name, size, n) in [("3x3", Size::new(3, 3).unwrap(), 500), ("4x4", four, 200)] {
+        let (p50, p99, max) = runtime.block_on(latency(&batch(11, size, n)));
+        println!("  {name} x {n:<4} {p50:>10.1?} {p99:>10.1?} {max:>10.1?}");
+    }
+}
