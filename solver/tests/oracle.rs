@@ -58,13 +58,18 @@ fn for_each_neighbour(cells: &Cells, rows: usize, cols: usize, mut out: impl FnM
 
 /// Distances from `start` to every board reachable from it.
 fn distances_from(start: &Cells, rows: usize, cols: usize) -> HashMap<Cells, u32> {
+    breadth_first(start, |cells| neighbours(cells, rows, cols))
+}
+
+/// Plain breadth-first search from `root`, stepping with `step`.
+fn breadth_first(root: &Cells, step: impl Fn(&Cells) -> Vec<Cells>) -> HashMap<Cells, u32> {
     let mut dist = HashMap::new();
     let mut queue = VecDeque::new();
-    dist.insert(*start, 0);
-    queue.push_back(*start);
+    dist.insert(*root, 0);
+    queue.push_back(*root);
     while let Some(cells) = queue.pop_front() {
         let d = dist[&cells];
-        for next in neighbours(&cells, rows, cols) {
+        for next in step(&cells) {
             if let Entry::Vacant(slot) = dist.entry(next) {
                 slot.insert(d + 1);
                 queue.push_back(next);
@@ -345,20 +350,7 @@ fn predecessors(cells: &Cells, rows: usize, cols: usize) -> Vec<Cells> {
 
 /// Distances from every board that can reach `target`, to `target`.
 fn distances_to(target: &Cells, rows: usize, cols: usize) -> HashMap<Cells, u32> {
-    let mut dist = HashMap::new();
-    let mut queue = VecDeque::new();
-    dist.insert(*target, 0);
-    queue.push_back(*target);
-    while let Some(cells) = queue.pop_front() {
-        let d = dist[&cells];
-        for prev in predecessors(&cells, rows, cols) {
-            if let Entry::Vacant(slot) = dist.entry(prev) {
-                slot.insert(d + 1);
-                queue.push_back(prev);
-            }
-        }
-    }
-    dist
+    breadth_first(target, |cells| predecessors(cells, rows, cols))
 }
 
 #[test]
