@@ -1,8 +1,8 @@
 //! A bounded, concurrent cache of solved puzzles.
 //!
-//! The coordinator answers a puzzle it has solved before without dispatch,
-//! and a worker's solver threads share one so a repeated puzzle is solved
-//! once per worker. Answers are exact, so entries never go stale; when the
+//! The coordinator answers a puzzle it has solved before without dispatch
+//! (workers have their own, symmetry-aware cache in the solver engine).
+//! Answers are exact, so entries never go stale; when the
 //! cache is full, new answers are simply not kept (memory stays bounded and
 //! nothing is evicted under a reader's feet).
 

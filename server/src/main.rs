@@ -98,6 +98,17 @@ struct WorkerArgs {
     /// after this many seconds it leaves anyway.
     #[arg(long, default_value_t = 60.0)]
     drain_secs: f64,
+    /// How to solve: `auto` answers repeats from the shared cache, builds a
+    /// distance table for targets that enough assigned puzzles share, and
+    /// uses the bidirectional search otherwise; or `bidir`, `idastar`, `table`.
+    #[arg(long, default_value = "auto")]
+    strategy: colball_solver::Strategy,
+    /// Most solved puzzles the worker's threads remember (0: no cache).
+    #[arg(long, default_value_t = 1_000_000)]
+    cache_entries: usize,
+    /// Most MiB of distance tables the worker keeps (a 4x4 table is 15.6 MiB).
+    #[arg(long, default_value_t = 64)]
+    table_mib: usize,
     /// Protocol version to register with (testing only).
     #[arg(long, hide = true)]
     protocol_version: Option<u32>,
@@ -176,6 +187,9 @@ async fn run_worker(args: WorkerArgs) -> anyhow::Result<()> {
     if let Some(v) = args.protocol_version {
         config.protocol_version = v;
     }
+    config.strategy = args.strategy;
+    config.cache_capacity = args.cache_entries;
+    config.table_bytes = args.table_mib << 20;
     config.drain_timeout = secs(args.drain_secs)?;
     worker::run(config, shutdown::on_signal()).await?;
     Ok(())

@@ -18,15 +18,14 @@ use std::time::{Duration, Instant};
 use colball_proto::v1::workers_client::WorkersClient;
 use colball_proto::v1::{self, coordinator_message, task_result, worker_message};
 use colball_proto::{PROTOCOL_VERSION, puzzle_from_wire};
-use colball_solver::{BidirSearch, Puzzle, Solution};
+use colball_solver::cache::CacheConfig;
+use colball_solver::{Engine, EngineConfig, Puzzle, Solution, Solver, Strategy};
 use thiserror::Error;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Endpoint;
 use tonic::{Code, Status};
-
-use crate::cache::{Answer, ResultCache};
 
 /// Worker settings. `Config::new(url)` gives defaults that suit one machine.
 #[derive(Clone, Debug)]
@@ -44,8 +43,12 @@ pub struct Config {
     pub backoff_max: Duration,
     /// How long a draining worker waits for its tasks before leaving anyway.
     pub drain_timeout: Duration,
-    /// Entries of the cache the solver threads share (0 turns it off).
+    /// How the solver threads solve (default `auto`).
+    pub strategy: Strategy,
+    /// Entries of the solution cache the solver threads share (0 turns it
+    /// off); the cache also holds distance tables, bounded by `table_bytes`.
     pub cache_capacity: usize,
+    pub table_bytes: usize,
     /// The protocol version to register with; only tests change it.
     pub protocol_version: u32,
 }
@@ -60,7 +63,9 @@ impl Config {
             backoff_initial: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
             drain_timeout: Duration::from_secs(60),
-            cache_capacity: 100_000,
+            strategy: Strategy::Auto,
+            cache_capacity: 1_000_000,
+            table_bytes: 64 << 20,
             protocol_version: PROTOCOL_VERSION,
         }
     }
@@ -100,11 +105,14 @@ enum SessionEnd {
     Refused(Status),
 }
 
-/// The one place the worker calls the solver: swap this for a
-/// strategy-choosing solver (with its own cache) without touching anything
-/// else. Returns the solution and the strategy's name.
-fn solve_puzzle(search: &mut BidirSearch, puzzle: &Puzzle) -> (Solution, &'static str) {
-    (search.solve(puzzle), "bidir")
+/// The one place the worker calls the solver. The puzzle is announced to
+/// the shared engine first, so that `auto` sees targets that many assigned
+/// puzzles share and builds a distance table once they pay for one. Returns
+/// the solution and what answered it (`cache`, `bidir`, `idastar`, `table`).
+fn solve_puzzle(solver: &mut Solver, puzzle: &Puzzle) -> (Solution, &'static str) {
+    solver.engine().announce([puzzle]);
+    let answer = solver.solve(puzzle);
+    (answer.solution, answer.method.name())
 }
 
 struct Job {
@@ -118,8 +126,8 @@ struct Done {
     result: v1::TaskResult,
 }
 
-/// The solver threads: one search each, one shared cache, fed by a bounded
-/// channel.
+/// The solver threads: one solver each, one shared engine (solution cache
+/// and distance tables), fed by a bounded channel.
 struct Pool {
     jobs: std::sync::mpsc::SyncSender<Job>,
     cancelled: Arc<Mutex<HashSet<u64>>>,
@@ -127,23 +135,33 @@ struct Pool {
 }
 
 impl Pool {
-    fn start(threads: usize, cache_capacity: usize, done: mpsc::Sender<Done>) -> Pool {
+    fn start(config: &Config, threads: usize, done: mpsc::Sender<Done>) -> Pool {
         let (jobs, rx) = std::sync::mpsc::sync_channel::<Job>(threads * 4 + 64);
         let rx = Arc::new(Mutex::new(rx));
         let cancelled = Arc::new(Mutex::new(HashSet::new()));
         let session = Arc::new(AtomicU64::new(0));
-        let cache = Arc::new(ResultCache::new(cache_capacity));
+        let engine = Engine::new(EngineConfig {
+            strategy: config.strategy,
+            cache: CacheConfig {
+                max_entries: config.cache_capacity,
+                max_table_bytes: config.table_bytes,
+                ..CacheConfig::default()
+            },
+            // The threads waiting for a table help build it.
+            table_threads: threads,
+            ..EngineConfig::default()
+        });
         for i in 0..threads {
-            let (rx, cancelled, session, cache, done) = (
+            let (rx, cancelled, session, engine, done) = (
                 rx.clone(),
                 cancelled.clone(),
                 session.clone(),
-                cache.clone(),
+                engine.clone(),
                 done.clone(),
             );
             let spawned = std::thread::Builder::new()
                 .name(format!("solver-{i}"))
-                .spawn(move || solver_thread(&rx, &cancelled, &session, &cache, &done));
+                .spawn(move || solver_thread(&rx, &cancelled, &session, engine, &done));
             if let Err(e) = spawned {
                 tracing::error!(error = %e, "cannot start a solver thread");
             }
@@ -166,10 +184,10 @@ fn solver_thread(
     rx: &Mutex<std::sync::mpsc::Receiver<Job>>,
     cancelled: &Mutex<HashSet<u64>>,
     session: &AtomicU64,
-    cache: &ResultCache,
+    engine: Arc<Engine>,
     done: &mpsc::Sender<Done>,
 ) {
-    let mut search = BidirSearch::new();
+    let mut solver = Solver::new(engine.clone());
     loop {
         let job = {
             let rx = rx.lock().unwrap_or_else(PoisonError::into_inner);
@@ -188,7 +206,7 @@ fn solver_thread(
         let outcome = if was_cancelled {
             task_result::Outcome::Cancelled(v1::Cancelled {})
         } else {
-            solve_cached(&mut search, cache, &job.puzzle)
+            solve_guarded(&mut solver, &engine, &job.puzzle)
         };
         let result = v1::TaskResult {
             task_id: job.task_id,
@@ -206,44 +224,25 @@ fn solver_thread(
     }
 }
 
-fn solve_cached(
-    search: &mut BidirSearch,
-    cache: &ResultCache,
+/// Solves one puzzle; a panic in the solver becomes an error result for
+/// that puzzle instead of taking the thread down.
+fn solve_guarded(
+    solver: &mut Solver,
+    engine: &Arc<Engine>,
     puzzle: &Puzzle,
 ) -> task_result::Outcome {
     let began = Instant::now();
-    if let Some(a) = cache.get(puzzle) {
-        return task_result::Outcome::Solved(v1::TaskSolved {
-            moves: a.moves,
-            solution: a.solution,
-            strategy: a.strategy,
+    match std::panic::catch_unwind(AssertUnwindSafe(|| solve_puzzle(solver, puzzle))) {
+        Ok((solution, strategy)) => task_result::Outcome::Solved(v1::TaskSolved {
+            moves: solution.answer(),
+            solution: solution.notation(),
+            strategy: strategy.to_string(),
             time_us: began.elapsed().as_micros() as u64,
-        });
-    }
-    match std::panic::catch_unwind(AssertUnwindSafe(|| solve_puzzle(search, puzzle))) {
-        Ok((solution, strategy)) => {
-            let time_us = began.elapsed().as_micros() as u64;
-            let (moves, notation) = (solution.answer(), solution.notation());
-            cache.insert(
-                *puzzle,
-                Answer {
-                    moves,
-                    solution: notation.clone(),
-                    strategy: strategy.to_string(),
-                    worker: String::new(),
-                },
-            );
-            task_result::Outcome::Solved(v1::TaskSolved {
-                moves,
-                solution: notation,
-                strategy: strategy.to_string(),
-                time_us,
-            })
-        }
+        }),
         Err(_) => {
             tracing::error!(?puzzle, "the solver panicked");
-            // The search's tables may be inconsistent now: start afresh.
-            *search = BidirSearch::new();
+            // The search's buffers may be inconsistent now: start afresh.
+            *solver = Solver::new(engine.clone());
             task_result::Outcome::Error("internal solver error".into())
         }
     }
@@ -257,7 +256,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Work
     })?;
     let threads = config.threads.max(1);
     let (done_tx, mut done_rx) = mpsc::channel(threads * 4 + 64);
-    let pool = Pool::start(threads, config.cache_capacity, done_tx);
+    let pool = Pool::start(&config, threads, done_tx);
     let mut backoff = config.backoff_initial;
     let mut session_id = 0u64;
     loop {

@@ -41,7 +41,12 @@ async fn batches_match_in_process_answers_each_exactly_once() {
         assert!(seen.insert(r.index), "result {} twice", r.index);
         assert_eq!(r.id, puzzles[r.index].0);
         assert_eq!(r.solution.answer(), answers[r.index], "{}", r.id);
-        assert_eq!(r.strategy, "bidir");
+        // What answered it on the worker: its engine's choice.
+        assert!(
+            ["cache", "bidir", "idastar", "table"].contains(&r.strategy.as_str()),
+            "{}",
+            r.strategy
+        );
         assert!(r.worker.starts_with('w'), "{}", r.worker);
     }
     assert_eq!(seen.len(), puzzles.len());
