@@ -24,6 +24,10 @@ struct Cli {
     /// Log line format: `text` for people, `json` for log collectors.
     #[arg(long, value_enum, default_value_t = Format::Text, global = true)]
     log_format: Format,
+    /// Parse the command line, print `ok` and exit: lets the deployment
+    /// tests check every command line in deploy/ against the real flags.
+    #[arg(long, global = true, hide = true)]
+    check_args: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -116,6 +120,10 @@ struct WorkerArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.check_args {
+        println!("ok");
+        return ExitCode::SUCCESS;
+    }
     telemetry::init(match cli.log_format {
         Format::Text => LogFormat::Text,
         Format::Json => LogFormat::Json,
