@@ -3,28 +3,12 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
-
 use colball_server::coordinator::Config;
 use colball_server::testing::LocalCluster;
 
-fn colball(args: &[&str], env: Option<(&str, &str)>, stdin: &[u8]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_colball"));
-    command.env_remove("COLBALL_CONNECT");
-    if let Some((k, v)) = env {
-        command.env(k, v);
-    }
-    let mut child = command
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
-    child.wait_with_output().unwrap()
-}
+mod common;
+
+use common::run as colball;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_prints_what_in_process_prints() {

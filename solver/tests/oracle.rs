@@ -34,25 +34,37 @@ fn neighbours(cells: &Cells, rows: usize, cols: usize) -> Vec<Cells> {
     out
 }
 
+/// The four cells of every window, per the statement: for each bottom-right
+/// cell (i, j), 2 <= i <= N, 2 <= j <= M, as (top-left, top-right,
+/// bottom-right, bottom-left).
+fn windows(rows: usize, cols: usize) -> impl Iterator<Item = [usize; 4]> {
+    (1..rows).flat_map(move |i| {
+        (1..cols).map(move |j| {
+            [
+                (i - 1) * cols + (j - 1),
+                (i - 1) * cols + j,
+                i * cols + j,
+                i * cols + (j - 1),
+            ]
+        })
+    })
+}
+
 fn for_each_neighbour(cells: &Cells, rows: usize, cols: usize, mut out: impl FnMut(Cells)) {
-    for i in 1..rows {
-        for j in 1..cols {
-            let tl = (i - 1) * cols + (j - 1);
-            let tr = (i - 1) * cols + j;
-            let br = i * cols + j;
-            let bl = i * cols + (j - 1);
-            let mut rotated = *cells;
-            rotated[tr] = cells[tl];
-            rotated[br] = cells[tr];
-            rotated[bl] = cells[br];
-            rotated[tl] = cells[bl];
-            out(rotated);
-            let mut recoloured = *cells;
-            for k in [tl, tr, br, bl] {
-                recoloured[k] = (cells[k] + 1) % 3;
-            }
-            out(recoloured);
+    for [tl, tr, br, bl] in windows(rows, cols) {
+        // Rotate clockwise: top-left -> top-right -> bottom-right -> bottom-left.
+        let mut rotated = *cells;
+        rotated[tr] = cells[tl];
+        rotated[br] = cells[tr];
+        rotated[bl] = cells[br];
+        rotated[tl] = cells[bl];
+        out(rotated);
+        // Recolour: R -> B -> G -> R.
+        let mut recoloured = *cells;
+        for k in [tl, tr, br, bl] {
+            recoloured[k] = (cells[k] + 1) % 3;
         }
+        out(recoloured);
     }
 }
 
@@ -326,24 +338,18 @@ fn facts_of_the_statement_hold_up_to_3x4() {
 /// the statement (rotate counter-clockwise, recolour R -> G -> B -> R).
 fn predecessors(cells: &Cells, rows: usize, cols: usize) -> Vec<Cells> {
     let mut out = Vec::new();
-    for i in 1..rows {
-        for j in 1..cols {
-            let tl = (i - 1) * cols + (j - 1);
-            let tr = (i - 1) * cols + j;
-            let br = i * cols + j;
-            let bl = i * cols + (j - 1);
-            let mut rotated = *cells;
-            rotated[tl] = cells[tr];
-            rotated[tr] = cells[br];
-            rotated[br] = cells[bl];
-            rotated[bl] = cells[tl];
-            out.push(rotated);
-            let mut recoloured = *cells;
-            for k in [tl, tr, br, bl] {
-                recoloured[k] = (cells[k] + 2) % 3;
-            }
-            out.push(recoloured);
+    for [tl, tr, br, bl] in windows(rows, cols) {
+        let mut rotated = *cells;
+        rotated[tl] = cells[tr];
+        rotated[tr] = cells[br];
+        rotated[br] = cells[bl];
+        rotated[bl] = cells[tl];
+        out.push(rotated);
+        let mut recoloured = *cells;
+        for k in [tl, tr, br, bl] {
+            recoloured[k] = (cells[k] + 2) % 3;
         }
+        out.push(recoloured);
     }
     out
 }
