@@ -127,6 +127,10 @@ pub fn break_even(size: Size) -> u64 {
 /// it. A failed attempt costs a few microseconds.
 pub const IDA_STAR_MAX_DEPTH: u8 = 4;
 
+/// Most targets whose announced counts the engine keeps (small in unit
+/// tests, so that the bound is exercised).
+const MAX_DEMAND_ENTRIES: usize = if cfg!(test) { 1_000 } else { 1 << 20 };
+
 /// Settings of an [`Engine`].
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -187,6 +191,15 @@ impl Engine {
         for p in puzzles {
             let (target, _) = canonical_target(p.target());
             *self.demand.entry(table_key(target)).or_insert(0) += 1;
+        }
+        // Bounded: a long-running worker sees endless distinct targets. Past
+        // the limit, targets seen once are forgotten (they are far from any
+        // break-even), and if that is not enough, all counts start afresh.
+        if self.demand.len() > MAX_DEMAND_ENTRIES {
+            self.demand.retain(|_, n| *n > 1);
+            if self.demand.len() > MAX_DEMAND_ENTRIES / 2 {
+                self.demand.clear();
+            }
         }
     }
 
@@ -390,6 +403,22 @@ mod tests {
                 check(&q, &a, reference.solve(&q).distance());
             }
         }
+    }
+
+    #[test]
+    fn announced_counts_stay_bounded() {
+        let engine = Engine::new(EngineConfig::default());
+        let size = Size::new(3, 3).unwrap();
+        let mut g = Generator::new(24);
+        let shared = g.uniform(size);
+        engine.announce([&shared, &shared]);
+        let lone: Vec<Puzzle> = (0..MAX_DEMAND_ENTRIES + 10)
+            .map(|_| g.uniform(size))
+            .collect();
+        engine.announce(&lone);
+        assert!(engine.demand.len() <= MAX_DEMAND_ENTRIES);
+        let (target, _) = canonical_target(shared.target());
+        assert_eq!(engine.demand.get(&table_key(target)).map(|n| *n), Some(2));
     }
 
     #[test]
