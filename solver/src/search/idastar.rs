@@ -139,14 +139,19 @@ impl IdaStar {
     }
 
     fn tables(&mut self, size: Size) -> &SizeTables {
-        let i = match self.sizes.iter().position(|t| t.moves.size() == size) {
+        let i = self.tables_index(size);
+        &self.sizes[i]
+    }
+
+    /// Where the tables for `size` are in `self.sizes`, built on first use.
+    fn tables_index(&mut self, size: Size) -> usize {
+        match self.sizes.iter().position(|t| t.moves.size() == size) {
             Some(i) => i,
             None => {
                 self.sizes.push(SizeTables::new(size));
                 self.sizes.len() - 1
             }
-        };
-        &self.sizes[i]
+        }
     }
 
     /// Solves one puzzle exactly. On 2x2, where some targets cannot be
@@ -166,12 +171,7 @@ impl IdaStar {
             return Some(Solution::Unreachable);
         }
         let cells = size.cells() as u32;
-        self.tables(size);
-        let i = self
-            .sizes
-            .iter()
-            .position(|t| t.moves.size() == size)
-            .expect("just added");
+        let i = self.tables_index(size);
         let tables = &self.sizes[i];
         self.nodes = 0;
         let mut limit = bound(tables, start, target, cells);
