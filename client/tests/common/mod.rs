@@ -1,6 +1,6 @@
 //! Running the real `colball` binary from the integration tests.
 
-use std::io::Write;
+use std::io::{ErrorKind, Write};
 use std::process::{Command, Output, Stdio};
 
 /// Runs `colball ARGS` with `stdin` as input and optionally one environment
@@ -19,6 +19,11 @@ pub fn run(args: &[&str], env: Option<(&str, &str)>, stdin: &[u8]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    // A command that fails on its arguments exits without reading its
+    // input, so a broken pipe here is expected and its exit status is what
+    // the test looks at; any other write error is a real failure.
+    if let Err(e) = child.stdin.take().unwrap().write_all(stdin) {
+        assert_eq!(e.kind(), ErrorKind::BrokenPipe, "writing to colball: {e}");
+    }
     child.wait_with_output().unwrap()
 }
