@@ -18,6 +18,11 @@ pub mod v1 {
     tonic::include_proto!("colball.v1");
 }
 
+/// The encoded `FileDescriptorSet` of every colball `.proto` file, for gRPC
+/// server reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/colball_descriptor.bin"));
+
 /// The worker protocol version this build speaks. A worker registering with
 /// another version is refused (FAILED_PRECONDITION). Bump it on any change
 /// of the worker-facing messages that an older peer would misread.
