@@ -6,6 +6,8 @@
 //! cache is full, new answers are simply not kept (memory stays bounded and
 //! nothing is evicted under a reader's feet).
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
 use colball_solver::Puzzle;
 use dashmap::DashMap;
 
@@ -23,6 +25,8 @@ pub struct Answer {
 pub struct ResultCache {
     map: DashMap<Puzzle, Answer>,
     capacity: usize,
+    hits: AtomicU64,
+    misses: AtomicU64,
 }
 
 impl ResultCache {
@@ -31,11 +35,25 @@ impl ResultCache {
         ResultCache {
             map: DashMap::new(),
             capacity,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
         }
     }
 
     pub fn get(&self, puzzle: &Puzzle) -> Option<Answer> {
-        self.map.get(puzzle).map(|a| a.clone())
+        let found = self.map.get(puzzle).map(|a| a.clone());
+        let counter = if found.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        counter.fetch_add(1, Relaxed);
+        found
+    }
+
+    /// Lookups that found an answer, and lookups that did not.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.hits.load(Relaxed), self.misses.load(Relaxed))
     }
 
     /// Keeps `answer` unless the cache is full.

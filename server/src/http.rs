@@ -1,94 +1,208 @@
-//! The coordinator's plain-HTTP endpoint for probes and scraping:
-//! `GET /healthz` (200 `ok`; 503 while shutting down), `GET /readyz` (200
-//! once a worker has joined) and `GET /metrics` (Prometheus text format).
+//! The coordinator's HTTP endpoint (`--http ADDR`), served with axum:
 //!
-//! Deliberately tiny (HTTP/1.0-style, one request per connection): it
-//! serves load balancers and Kubernetes probes, not browsers.
+//! - `GET /`: the live dashboard (one HTML page with its script, served
+//!   from the binary; no front-end build);
+//! - `GET /api/status`: the dashboard's data as one JSON object;
+//! - `GET /api/stream`: the same object every half second as server-sent
+//!   events (`event: status`), which the dashboard follows;
+//! - `GET /metrics`: Prometheus metrics (OpenMetrics text format);
+//! - `GET /healthz`: 200 while the process serves (503 once shutting
+//!   down), for liveness probes;
+//! - `GET /readyz`: 200 only while at least one worker is connected, for
+//!   readiness probes and load balancers.
 
-use std::fmt::Write as _;
+use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Json, Response};
+use axum::routing::get;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use serde::Serialize;
+use tokio::net::TcpListener;
+use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::coordinator::Shared;
+use crate::coordinator::events::Recent;
+use crate::coordinator::state::WorkerView;
 
-/// Serves until `shutdown`.
+/// How often the dashboard's stream sends a status.
+const STREAM_EVERY: Duration = Duration::from_millis(500);
+
+const DASHBOARD: &str = include_str!("dashboard.html");
+
+/// Serves until `shutdown`; open dashboard streams end then too.
 pub async fn run(listener: TcpListener, shared: Arc<Shared>, shutdown: CancellationToken) {
     tracing::info!(addr = ?listener.local_addr().ok(), "http endpoint listening");
-    loop {
-        let (stream, _) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(error = %e, "http accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
+    let app = router(shared, shutdown.clone());
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await;
+    if let Err(e) = served {
+        tracing::warn!(error = %e, "http endpoint failed");
+    }
+}
+
+#[derive(Clone)]
+struct App {
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+}
+
+fn router(shared: Arc<Shared>, shutdown: CancellationToken) -> Router {
+    Router::new()
+        .route("/", get(dashboard))
+        .route("/api/status", get(status))
+        .route("/api/stream", get(stream))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(App { shared, shutdown })
+}
+
+async fn dashboard() -> Html<&'static str> {
+    Html(DASHBOARD)
+}
+
+async fn healthz(State(app): State<App>) -> (StatusCode, &'static str) {
+    if app.shutdown.is_cancelled() {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+    } else {
+        (StatusCode::OK, "ok\n")
+    }
+}
+
+async fn readyz(State(app): State<App>) -> (StatusCode, &'static str) {
+    if app.shutdown.is_cancelled() {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+    } else if app.shared.snapshot().0.workers == 0 {
+        (StatusCode::SERVICE_UNAVAILABLE, "no workers\n")
+    } else {
+        (StatusCode::OK, "ready\n")
+    }
+}
+
+/// What the dashboard shows.
+#[derive(Debug, Serialize)]
+struct Status {
+    unix_ms: u128,
+    workers: Vec<WorkerView>,
+    slots: u64,
+    queued: usize,
+    in_flight: usize,
+    pending: usize,
+    batches: usize,
+    /// Results with an answer, over all requests.
+    answered: u64,
+    /// Answers per second over the last interval (0 for `/api/status`).
+    throughput: f64,
+    /// Answers from a cache (the coordinator's or a worker's) over all
+    /// answers.
+    cache_hit_rate: f64,
+    by_strategy: std::collections::BTreeMap<String, u64>,
+    errors: u64,
+    redispatched: u64,
+    workers_lost: u64,
+    p50_us: u64,
+    p99_us: u64,
+    recent_results: Vec<Recent>,
+    recent_failures: Vec<Recent>,
+    sequence: u64,
+}
+
+fn current(shared: &Shared) -> Status {
+    let (s, _) = shared.snapshot();
+    let t = shared.traffic();
+    let answered: u64 = t.by_strategy.values().sum();
+    let cached: u64 = ["cache", "result_cache"]
+        .iter()
+        .filter_map(|k| t.by_strategy.get(*k))
+        .sum();
+    Status {
+        unix_ms: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis()),
+        workers: s.worker_list,
+        slots: s.slots,
+        queued: s.queued,
+        in_flight: s.in_flight,
+        pending: s.pending,
+        batches: s.batches,
+        answered,
+        throughput: 0.0,
+        cache_hit_rate: if answered == 0 {
+            0.0
+        } else {
+            cached as f64 / answered as f64
+        },
+        by_strategy: t.by_strategy,
+        errors: t.errors,
+        redispatched: s.counters.redispatched,
+        workers_lost: s.counters.workers_lost,
+        p50_us: t.p50_us,
+        p99_us: t.p99_us,
+        recent_results: t.results,
+        recent_failures: t.failures,
+        sequence: t.newest_sequence,
+    }
+}
+
+async fn status(State(app): State<App>) -> Json<Status> {
+    Json(current(&app.shared))
+}
+
+async fn stream(State(app): State<App>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let mut ticks = tokio::time::interval(STREAM_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last: Option<(Instant, u64)> = None;
+    let shutdown = app.shutdown.clone();
+    let events = tokio_stream::wrappers::IntervalStream::new(ticks)
+        .take_while(move |_| !shutdown.is_cancelled())
+        .map(move |_| {
+            let mut status = current(&app.shared);
+            let now = Instant::now();
+            if let Some((then, answered)) = last {
+                let secs = now.duration_since(then).as_secs_f64();
+                if secs > 0.0 {
+                    status.throughput = status.answered.saturating_sub(answered) as f64 / secs;
                 }
-            },
-            () = shutdown.cancelled() => return,
-        };
-        let shared = shared.clone();
-        let shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            let _ =
-                tokio::time::timeout(Duration::from_secs(5), respond(stream, &shared, &shutdown))
-                    .await;
-        });
-    }
-}
-
-async fn respond(
-    mut stream: TcpStream,
-    shared: &Shared,
-    shutdown: &CancellationToken,
-) -> std::io::Result<()> {
-    let mut buf = vec![0u8; 2048];
-    let mut len = 0;
-    while !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") && len < buf.len() {
-        let n = stream.read(&mut buf[len..]).await?;
-        if n == 0 {
-            break;
-        }
-        len += n;
-    }
-    let request = String::from_utf8_lossy(&buf[..len]);
-    let path = request.split_whitespace().nth(1).unwrap_or("/");
-    let (status, body) = match path {
-        "/healthz" if shutdown.is_cancelled() => {
-            ("503 Service Unavailable", "shutting down\n".into())
-        }
-        "/healthz" => ("200 OK", "ok\n".to_string()),
-        "/readyz" => {
-            if shared.snapshot().0.workers > 0 && !shutdown.is_cancelled() {
-                ("200 OK", "ready\n".to_string())
-            } else {
-                ("503 Service Unavailable", "no workers\n".to_string())
             }
-        }
-        "/metrics" => ("200 OK", metrics(shared)),
-        _ => ("404 Not Found", "not found\n".to_string()),
-    };
-    let response = format!(
-        "HTTP/1.1 {status}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(response.as_bytes()).await?;
-    stream.shutdown().await
+            last = Some((now, status.answered));
+            Ok(Event::default()
+                .event("status")
+                .json_data(&status)
+                .unwrap_or_else(|_| Event::default().event("status").data("{}")))
+        });
+    Sse::new(events).keep_alive(KeepAlive::default())
 }
 
-fn metrics(shared: &Shared) -> String {
-    let (s, cache) = shared.snapshot();
-    let mut out = String::new();
+/// Label sets of the metric families.
+type Labels = Vec<(String, String)>;
+
+fn label(key: &str, value: &str) -> Labels {
+    vec![(key.to_string(), value.to_string())]
+}
+
+async fn metrics(State(app): State<App>) -> Response {
+    let shared = &app.shared;
+    let (s, cache_entries) = shared.snapshot();
+    let traffic = shared.traffic();
+    let mut registry = Registry::with_prefix("colball");
     let mut gauge = |name: &str, help: &str, value: u64| {
-        let _ = writeln!(
-            out,
-            "# HELP colball_{name} {help}\n# TYPE colball_{name} gauge\ncolball_{name} {value}"
-        );
+        let g: Gauge = Gauge::default();
+        g.set(value as i64);
+        registry.register(name, help, g);
     };
-    gauge("workers", "Registered workers.", s.workers as u64);
+    gauge("workers", "Connected workers.", s.workers as u64);
     gauge("slots", "Solver slots over all workers.", s.slots);
     gauge("queued", "Puzzles waiting for a worker.", s.queued as u64);
     gauge("in_flight", "Puzzles held by workers.", s.in_flight as u64);
@@ -99,34 +213,117 @@ fn metrics(shared: &Shared) -> String {
     );
     gauge("batches", "Open requests.", s.batches as u64);
     gauge(
-        "cache_entries",
-        "Entries of the result cache.",
-        cache as u64,
+        "result_cache_entries",
+        "Entries of the coordinator's result cache.",
+        cache_entries as u64,
     );
-    gauge(
-        "solved_total",
-        "Puzzles solved by workers.",
-        s.counters.solved,
-    );
-    gauge(
-        "failed_total",
+    let mut counter = |name: &str, help: &str, value: u64| {
+        let c: Counter = Counter::default();
+        c.inc_by(value);
+        registry.register(name, help, c);
+    };
+    counter("solved", "Puzzles solved by workers.", s.counters.solved);
+    counter(
+        "failed",
         "Puzzles that got an error result from the cluster.",
         s.counters.failed,
     );
-    gauge(
-        "redispatched_total",
+    counter(
+        "redispatched",
         "Puzzles re-dispatched after a worker was lost.",
         s.counters.redispatched,
     );
-    gauge(
-        "workers_lost_total",
-        "Workers lost while holding work.",
+    counter(
+        "workers_lost",
+        "Workers lost while holding work or without leaving cleanly.",
         s.counters.workers_lost,
     );
-    gauge(
-        "cancelled_total",
+    counter(
+        "cancelled",
         "Puzzles cancelled because their client went away.",
         s.counters.cancelled,
     );
-    out
+    counter(
+        "result_errors",
+        "Error results sent to clients (invalid puzzles, puzzles given up on).",
+        traffic.errors,
+    );
+    let (hits, misses) = shared.cache().counts();
+    counter(
+        "result_cache_hits",
+        "Puzzles answered from the coordinator's result cache.",
+        hits,
+    );
+    counter(
+        "result_cache_misses",
+        "Puzzles looked up in the result cache and dispatched.",
+        misses,
+    );
+    let answered = Family::<Labels, Counter>::default();
+    for (how, n) in &traffic.by_strategy {
+        answered.get_or_create(&label("strategy", how)).inc_by(*n);
+    }
+    registry.register(
+        "answered",
+        "Answers sent to clients, by strategy (`result_cache`: the coordinator's cache; `cache`: a worker's).",
+        answered,
+    );
+    registry.register(
+        "solve_latency_seconds",
+        "Time workers spent on each puzzle they solved.",
+        shared.events().latency(),
+    );
+    let per_worker =
+        |registry: &mut Registry, name: &str, help: &str, value: &dyn Fn(&WorkerView) -> u64| {
+            let family = Family::<Labels, Counter>::default();
+            for w in &s.worker_list {
+                family
+                    .get_or_create(&label("worker", &w.name))
+                    .inc_by(value(w));
+            }
+            registry.register(name, help, family);
+        };
+    per_worker(
+        &mut registry,
+        "worker_cache_hits",
+        "Puzzles a worker answered from its solver cache.",
+        &|w| w.cache_hits,
+    );
+    per_worker(
+        &mut registry,
+        "worker_cache_misses",
+        "Solver cache lookups that missed, by worker.",
+        &|w| w.cache_misses,
+    );
+    per_worker(
+        &mut registry,
+        "worker_cache_evictions",
+        "Entries evicted from a worker's solver cache.",
+        &|w| w.cache_evictions,
+    );
+    per_worker(
+        &mut registry,
+        "worker_table_builds",
+        "Distance tables a worker built.",
+        &|w| w.table_builds,
+    );
+    let load = Family::<Labels, Gauge>::default();
+    for w in &s.worker_list {
+        load.get_or_create(&label("worker", &w.name))
+            .set(w.in_flight as i64);
+    }
+    registry.register("worker_in_flight", "Puzzles a worker holds.", load);
+    let mut body = String::new();
+    if let Err(e) = encode(&mut body, &registry) {
+        tracing::error!(error = %e, "cannot encode metrics");
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
 }

@@ -55,6 +55,19 @@ impl LocalCluster {
         Ok(cluster)
     }
 
+    /// Serves the coordinator's HTTP endpoint (dashboard, metrics, probes)
+    /// on `127.0.0.1:0`; returns its address. It stops with the cluster.
+    pub async fn serve_http(&self) -> std::io::Result<SocketAddr> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        tokio::spawn(crate::http::run(
+            listener,
+            self.shared.clone(),
+            self.shutdown.clone(),
+        ));
+        Ok(addr)
+    }
+
     /// The URL clients and workers dial.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)

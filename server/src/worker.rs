@@ -132,6 +132,7 @@ struct Pool {
     jobs: std::sync::mpsc::SyncSender<Job>,
     cancelled: Arc<Mutex<HashSet<u64>>>,
     session: Arc<AtomicU64>,
+    engine: Arc<Engine>,
 }
 
 impl Pool {
@@ -170,6 +171,20 @@ impl Pool {
             jobs,
             cancelled,
             session,
+            engine,
+        }
+    }
+
+    /// The shared cache's counters, as heartbeats report them.
+    fn cache_stats(&self) -> v1::WorkerCacheStats {
+        let s = self.engine.stats();
+        v1::WorkerCacheStats {
+            hits: s.hits,
+            misses: s.misses,
+            evictions: s.evictions,
+            entries: s.entries,
+            table_builds: s.table_builds,
+            table_hits: s.table_hits,
         }
     }
 
@@ -406,7 +421,10 @@ async fn session(
             }
             _ = heartbeat.tick() => {
                 let beat = v1::WorkerMessage {
-                    kind: Some(worker_message::Kind::Heartbeat(v1::Heartbeat { busy: held.len() as u32 })),
+                    kind: Some(worker_message::Kind::Heartbeat(v1::Heartbeat {
+                        busy: held.len() as u32,
+                        cache: Some(pool.cache_stats()),
+                    })),
                 };
                 // A full queue means results are flowing, which the
                 // coordinator also counts as a sign of life.

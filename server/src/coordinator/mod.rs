@@ -12,6 +12,7 @@
 //! heartbeat intervals of silence; their tasks go back to the front of the
 //! queue (at most `max_attempts` dispatches per task).
 
+pub mod events;
 pub mod state;
 
 use std::collections::BTreeMap;
@@ -32,6 +33,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::cache::ResultCache;
 use crate::error::ServerError;
+use events::{BatchEvents, EventLog, Traffic};
 use state::{BatchEvent, Limits, NewTask, Snapshot, State};
 
 /// Coordinator settings. `Config::default()` suits one machine.
@@ -59,6 +61,8 @@ pub struct Config {
     pub cache_capacity: usize,
     /// Time for in-flight requests to finish after shutdown begins.
     pub drain_timeout: Duration,
+    /// Cluster events kept for watchers that resume from a sequence number.
+    pub events_retained: usize,
 }
 
 impl Default for Config {
@@ -74,6 +78,7 @@ impl Default for Config {
             worker_grace: Duration::from_secs(10),
             cache_capacity: 1_000_000,
             drain_timeout: Duration::from_secs(10),
+            events_retained: events::DEFAULT_RETAINED,
         }
     }
 }
@@ -85,6 +90,7 @@ pub struct Shared {
     state: Mutex<State>,
     cache: ResultCache,
     workers: watch::Sender<usize>,
+    events: Arc<EventLog>,
     shutdown: CancellationToken,
 }
 
@@ -96,8 +102,10 @@ impl Shared {
             credit_per_slot: config.credit_per_slot.max(1),
             max_chunk: config.max_chunk.max(1),
         };
+        let events = Arc::new(EventLog::new(config.events_retained));
         Arc::new(Shared {
-            state: Mutex::new(State::new(limits, Instant::now())),
+            state: Mutex::new(State::new(limits, events.clone(), Instant::now())),
+            events,
             cache: ResultCache::new(config.cache_capacity),
             workers: watch::channel(0).0,
             config,
@@ -121,6 +129,26 @@ impl Shared {
     /// A metrics snapshot (also used by the HTTP endpoint).
     pub fn snapshot(&self) -> (Snapshot, usize) {
         (self.state().snapshot(), self.cache.len())
+    }
+
+    /// Totals and recent traffic from the event log.
+    pub fn traffic(&self) -> Traffic {
+        self.events.traffic()
+    }
+
+    /// The event log (for the dashboard's live updates and `/metrics`).
+    pub fn events(&self) -> &Arc<EventLog> {
+        &self.events
+    }
+
+    /// The coordinator's result cache.
+    pub fn cache(&self) -> &ResultCache {
+        &self.cache
+    }
+
+    /// True once shutdown has begun.
+    pub fn shutting_down(&self) -> bool {
+        self.shutdown.is_cancelled()
     }
 }
 
@@ -160,6 +188,9 @@ pub async fn serve(
             shared.publish_workers(0);
         }
     };
+    let (health, health_service) = tonic_health::server::health_reporter();
+    let health_task = tokio::spawn(report_health(shared.clone(), health));
+    let (reflection_v1, reflection_v1alpha) = reflection();
     let server = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
@@ -169,6 +200,9 @@ pub async fn serve(
         .add_service(WorkersServer::new(WorkersService {
             shared: shared.clone(),
         }))
+        .add_service(health_service)
+        .add_optional_service(reflection_v1)
+        .add_optional_service(reflection_v1alpha)
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), closer);
     tokio::pin!(server);
     let result = tokio::select! {
@@ -182,7 +216,62 @@ pub async fn serve(
         }
     };
     housekeeping.abort();
+    health_task.abort();
     result
+}
+
+/// gRPC server reflection (v1, and v1alpha for older tools) over the
+/// colball and health services, so grpcurl and other generic clients can
+/// list and call them without the `.proto` files.
+fn reflection() -> (
+    Option<
+        tonic_reflection::server::v1::ServerReflectionServer<
+            impl tonic_reflection::server::v1::ServerReflection,
+        >,
+    >,
+    Option<
+        tonic_reflection::server::v1alpha::ServerReflectionServer<
+            impl tonic_reflection::server::v1alpha::ServerReflection,
+        >,
+    >,
+) {
+    let builder = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(colball_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let warn = |e: tonic_reflection::server::Error| {
+        tracing::error!(error = %e, "server reflection disabled: bad descriptor set");
+    };
+    (
+        builder().build_v1().map_err(warn).ok(),
+        builder().build_v1alpha().map_err(warn).ok(),
+    )
+}
+
+/// Keeps `grpc.health.v1` in step with the cluster: the server (service
+/// `""`) and `colball.v1.Workers` serve while the coordinator runs;
+/// `colball.v1.Solver` serves only while at least one worker is connected
+/// (like `/readyz`). Everything turns NOT_SERVING at shutdown.
+async fn report_health(shared: Arc<Shared>, health: tonic_health::server::HealthReporter) {
+    use tonic_health::ServingStatus::{NotServing, Serving};
+    let solver = <SolverServer<SolverService> as tonic::server::NamedService>::NAME;
+    let workers = <WorkersServer<WorkersService> as tonic::server::NamedService>::NAME;
+    health.set_service_status(workers, Serving).await;
+    let mut count = shared.workers.subscribe();
+    loop {
+        let ready = *count.borrow_and_update() > 0 && !shared.shutdown.is_cancelled();
+        health
+            .set_service_status(solver, if ready { Serving } else { NotServing })
+            .await;
+        tokio::select! {
+            changed = count.changed() => if changed.is_err() { break },
+            () = shared.shutdown.cancelled() => break,
+        }
+    }
+    for service in ["", solver, workers] {
+        health.set_service_status(service, NotServing).await;
+    }
 }
 
 /// Declares silent workers lost and fails batches left without workers.
@@ -206,6 +295,7 @@ async fn housekeeping(shared: Arc<Shared>) {
 }
 
 type ResultStream = Pin<Box<dyn Stream<Item = Result<v1::PuzzleResult, Status>> + Send>>;
+type EventStream = Pin<Box<dyn Stream<Item = Result<v1::ClusterEvent, Status>> + Send>>;
 type SessionStream = Pin<Box<dyn Stream<Item = Result<v1::CoordinatorMessage, Status>> + Send>>;
 
 /// The client-facing service.
@@ -236,10 +326,17 @@ struct Admitted {
     rx: mpsc::Receiver<BatchEvent>,
     total: usize,
     guard: BatchGuard,
+    /// Reports the request's results and end to watchers.
+    events: BatchEvents,
 }
 
 impl SolverService {
-    async fn admit(&self, puzzles: Vec<v1::Puzzle>) -> Result<Admitted, ServerError> {
+    /// Admits a request's puzzles; `request` names the RPC for watchers.
+    async fn admit(
+        &self,
+        puzzles: Vec<v1::Puzzle>,
+        request: &str,
+    ) -> Result<Admitted, ServerError> {
         let shared = &self.shared;
         if shared.shutdown.is_cancelled() {
             return Err(ServerError::ShuttingDown);
@@ -295,6 +392,7 @@ impl SolverService {
                 shared: shared.clone(),
                 batch,
             },
+            events: BatchEvents::accept(shared.events.clone(), total, request),
         })
     }
 
@@ -328,15 +426,23 @@ impl Solver for SolverService {
         if let Err(e) = puzzle_from_wire(&puzzle) {
             return Err(ServerError::from(e).into());
         }
-        let mut admitted = self.admit(vec![puzzle]).await?;
-        if let Some(result) = admitted.ready.pop() {
-            return Ok(Response::new(result));
+        let mut admitted = self.admit(vec![puzzle], "solve").await?;
+        let result = match admitted.ready.pop() {
+            Some(result) => Ok(result),
+            None => match admitted.rx.recv().await {
+                Some(Ok(result)) => Ok(result),
+                Some(Err(status)) => Err(status),
+                None => Err(ServerError::ShuttingDown.into()),
+            },
+        };
+        match &result {
+            Ok(r) => {
+                admitted.events.result(r);
+                admitted.events.finish("complete");
+            }
+            Err(status) => admitted.events.finish(status.message()),
         }
-        match admitted.rx.recv().await {
-            Some(Ok(result)) => Ok(Response::new(result)),
-            Some(Err(status)) => Err(status),
-            None => Err(ServerError::ShuttingDown.into()),
-        }
+        result.map(Response::new)
     }
 
     type SolveBatchStream = ResultStream;
@@ -347,7 +453,7 @@ impl Solver for SolverService {
     ) -> Result<Response<ResultStream>, Status> {
         let deadline = grpc_timeout(request.metadata()).map(|t| tokio::time::Instant::now() + t);
         let request = request.into_inner();
-        let admitted = self.admit(request.puzzles).await?;
+        let admitted = self.admit(request.puzzles, "solve_batch").await?;
         tracing::debug!(
             puzzles = admitted.total,
             ready = admitted.ready.len(),
@@ -356,6 +462,73 @@ impl Solver for SolverService {
         let (tx, rx) = mpsc::channel(256);
         tokio::spawn(forward(admitted, request.ordered, deadline, tx));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    type WatchStream = EventStream;
+
+    async fn watch(
+        &self,
+        request: Request<v1::WatchRequest>,
+    ) -> Result<Response<EventStream>, Status> {
+        let from = request.into_inner().from_sequence;
+        let subscription = self
+            .shared
+            .events
+            .subscribe(from)
+            .map_err(|gone| Status::out_of_range(gone.to_string()))?;
+        tracing::debug!(?from, "watcher joined");
+        let (tx, rx) = mpsc::channel(256);
+        tokio::spawn(follow(self.shared.clone(), subscription, tx));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// Streams cluster events to one watcher: its backlog, then live events.
+/// A watcher too slow for the live channel catches up from the retained
+/// events; if even those have moved past it, its stream ends with
+/// OUT_OF_RANGE saying where it could resume.
+async fn follow(
+    shared: Arc<Shared>,
+    subscription: events::Subscription,
+    tx: mpsc::Sender<Result<v1::ClusterEvent, Status>>,
+) {
+    let events::Subscription {
+        mut after,
+        mut backlog,
+        mut live,
+    } = subscription;
+    loop {
+        for event in backlog.drain(..) {
+            if event.sequence <= after {
+                continue;
+            }
+            after = event.sequence;
+            if tx.send(Ok(event.as_ref().clone())).await.is_err() {
+                return;
+            }
+        }
+        let received = tokio::select! {
+            r = live.recv() => r,
+            () = tx.closed() => return,
+            () = shared.shutdown.cancelled() => {
+                let _ = tx.send(Err(ServerError::ShuttingDown.into())).await;
+                return;
+            }
+        };
+        match received {
+            Ok(event) => backlog.push(event),
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                match shared.events.since(after + 1) {
+                    Ok(missed) => backlog = missed,
+                    Err(gone) => {
+                        let message = format!("this watcher fell behind: {gone}");
+                        let _ = tx.send(Err(Status::out_of_range(message))).await;
+                        return;
+                    }
+                }
+            }
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        }
     }
 }
 
@@ -373,6 +546,7 @@ async fn forward(
         mut rx,
         total,
         guard,
+        mut events,
     } = admitted;
     let mut held = BTreeMap::new();
     let mut next = 0u64;
@@ -404,10 +578,12 @@ async fn forward(
         let result = match event {
             Ok(result) => result,
             Err(status) => {
+                events.finish(status.message());
                 let _ = tx.send(Err(status)).await;
                 break;
             }
         };
+        events.result(&result);
         let out: Vec<_> = if ordered {
             held.insert(result.index, result);
             let mut out = Vec::new();
@@ -428,6 +604,11 @@ async fn forward(
             }
         }
     }
+    if sent == total {
+        events.finish("complete");
+    }
+    // Otherwise the client went away (or an error ended the stream, already
+    // reported): dropping `events` says so.
     drop(guard);
 }
 
@@ -538,7 +719,12 @@ async fn session_loop(shared: Arc<Shared>, worker: u64, mut inbound: Streaming<v
         }
         state.touch(worker, Instant::now());
         match message.kind {
-            Some(worker_message::Kind::Heartbeat(_)) | None => {}
+            Some(worker_message::Kind::Heartbeat(h)) => {
+                if let Some(cache) = h.cache {
+                    state.worker_cache(worker, cache);
+                }
+            }
+            None => {}
             Some(worker_message::Kind::Draining(_)) => {
                 tracing::info!(worker, "worker draining");
                 state.drain_worker(worker, Instant::now());

@@ -15,6 +15,7 @@
 //!   an error result.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use colball_proto::v1::{self, coordinator_message, puzzle_result};
@@ -22,8 +23,10 @@ use colball_solver::Puzzle;
 use tokio::sync::mpsc;
 use tonic::Status;
 
+use super::events::EventLog;
 use crate::cache::{Answer, ResultCache};
 use crate::error::ServerError;
+use colball_proto::v1::cluster_event::Kind as EventKind;
 
 /// What a batch's stream receives: a result, or the status that ends it.
 pub type BatchEvent = Result<v1::PuzzleResult, Status>;
@@ -63,6 +66,8 @@ struct Worker {
     tx: WorkerTx,
     last_seen: Instant,
     draining: bool,
+    solved: u64,
+    cache: v1::WorkerCacheStats,
 }
 
 /// Limits the state enforces.
@@ -84,7 +89,25 @@ pub struct Counters {
     pub cancelled: u64,
 }
 
-/// A snapshot for the metrics endpoint.
+/// One worker as the dashboard and `/metrics` show it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct WorkerView {
+    pub id: u64,
+    pub name: String,
+    pub slots: u32,
+    /// Tasks it holds now.
+    pub in_flight: usize,
+    /// Puzzles it has solved since it joined.
+    pub solved: u64,
+    pub draining: bool,
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    pub cache_evictions: u64,
+    pub cache_entries: u64,
+    pub table_builds: u64,
+}
+
+/// A snapshot for the metrics endpoint and the dashboard.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     pub workers: usize,
@@ -94,6 +117,7 @@ pub struct Snapshot {
     pub pending: usize,
     pub batches: usize,
     pub counters: Counters,
+    pub worker_list: Vec<WorkerView>,
 }
 
 /// See the module documentation.
@@ -109,10 +133,11 @@ pub struct State {
     /// is registered.
     no_workers_since: Option<Instant>,
     counters: Counters,
+    events: Arc<EventLog>,
 }
 
 impl State {
-    pub fn new(limits: Limits, now: Instant) -> State {
+    pub fn new(limits: Limits, events: Arc<EventLog>, now: Instant) -> State {
         State {
             limits,
             next_id: 1,
@@ -122,6 +147,7 @@ impl State {
             workers: BTreeMap::new(),
             no_workers_since: Some(now),
             counters: Counters::default(),
+            events,
         }
     }
 
@@ -144,6 +170,23 @@ impl State {
             pending: self.tasks.len(),
             batches: self.batches.len(),
             counters: self.counters,
+            worker_list: self
+                .workers
+                .iter()
+                .map(|(&id, w)| WorkerView {
+                    id,
+                    name: w.name.clone(),
+                    slots: w.slots,
+                    in_flight: w.in_flight.len(),
+                    solved: w.solved,
+                    draining: w.draining,
+                    cache_hits: w.cache.hits,
+                    cache_misses: w.cache.misses,
+                    cache_evictions: w.cache.evictions,
+                    cache_entries: w.cache.entries,
+                    table_builds: w.cache.table_builds,
+                })
+                .collect(),
         }
     }
 
@@ -221,15 +264,24 @@ impl State {
     /// Registers a worker; returns its id.
     pub fn add_worker(&mut self, name: String, slots: u32, tx: WorkerTx, now: Instant) -> u64 {
         let id = self.fresh_id();
+        let name = format!("{name}#{id}");
+        self.events
+            .publish(EventKind::WorkerJoined(v1::WorkerJoined {
+                worker: id,
+                name: name.clone(),
+                slots,
+            }));
         self.workers.insert(
             id,
             Worker {
-                name: format!("{name}#{id}"),
+                name,
                 slots,
                 in_flight: HashSet::new(),
                 tx,
                 last_seen: now,
                 draining: false,
+                solved: 0,
+                cache: v1::WorkerCacheStats::default(),
             },
         );
         self.no_workers_since = None;
@@ -245,6 +297,13 @@ impl State {
     pub fn touch(&mut self, worker: u64, now: Instant) {
         if let Some(w) = self.workers.get_mut(&worker) {
             w.last_seen = now;
+        }
+    }
+
+    /// Keeps the cache counters a worker reported in its heartbeat.
+    pub fn worker_cache(&mut self, worker: u64, cache: v1::WorkerCacheStats) {
+        if let Some(w) = self.workers.get_mut(&worker) {
+            w.cache = cache;
         }
     }
 
@@ -275,12 +334,14 @@ impl State {
         let Some(w) = self.workers.remove(&worker) else {
             return;
         };
-        if !w.in_flight.is_empty() || reason != "left" {
+        let lost = !w.in_flight.is_empty() || reason != "left";
+        if lost {
             tracing::warn!(worker = %w.name, reason, tasks = w.in_flight.len(), "worker lost");
             self.counters.workers_lost += 1;
         } else {
             tracing::info!(worker = %w.name, "worker left");
         }
+        let (mut redispatched, mut failed) = (0, 0);
         if self.workers.is_empty() {
             self.no_workers_since = Some(now);
         }
@@ -300,12 +361,28 @@ impl State {
                 );
                 self.tasks.remove(&id);
                 self.counters.failed += 1;
+                failed += 1;
                 self.deliver(batch, result);
             } else {
                 self.counters.redispatched += 1;
+                redispatched += 1;
                 self.queue.push_front(id);
             }
         }
+        self.events.publish(if lost {
+            EventKind::WorkerLost(v1::WorkerLost {
+                worker,
+                name: w.name,
+                reason: reason.to_string(),
+                redispatched,
+                failed,
+            })
+        } else {
+            EventKind::WorkerLeft(v1::WorkerLeft {
+                worker,
+                name: w.name,
+            })
+        });
         self.dispatch();
     }
 
@@ -324,6 +401,9 @@ impl State {
             return Ok(());
         }
         let worker_name = w.name.clone();
+        if matches!(result.outcome, Some(v1::task_result::Outcome::Solved(_))) {
+            w.solved += 1;
+        }
         let outcome = result
             .outcome
             .ok_or_else(|| ServerError::BadSession("task result without outcome".into()))?;
@@ -550,7 +630,7 @@ mod tests {
     #[test]
     fn credit_limits_what_a_worker_holds() {
         let now = Instant::now();
-        let mut s = State::new(limits(), now);
+        let mut s = State::new(limits(), Arc::new(EventLog::new(100)), now);
         let (wtx, mut wrx) = mpsc::channel(16);
         let w = s.add_worker("w".into(), 2, wtx, now);
         let (btx, mut brx) = mpsc::channel(10);
@@ -566,7 +646,7 @@ mod tests {
     #[test]
     fn a_lost_worker_s_tasks_go_to_another_and_results_arrive_once() {
         let now = Instant::now();
-        let mut s = State::new(limits(), now);
+        let mut s = State::new(limits(), Arc::new(EventLog::new(100)), now);
         let (atx, mut arx) = mpsc::channel(16);
         let a = s.add_worker("a".into(), 3, atx, now);
         let (btx, mut brx) = mpsc::channel(3);
@@ -598,7 +678,7 @@ mod tests {
     #[test]
     fn attempts_are_capped_with_an_error_result() {
         let now = Instant::now();
-        let mut s = State::new(limits(), now);
+        let mut s = State::new(limits(), Arc::new(EventLog::new(100)), now);
         let (btx, mut brx) = mpsc::channel(1);
         s.admit(tasks(1), btx).unwrap();
         for round in 0..3 {
@@ -618,7 +698,7 @@ mod tests {
     #[test]
     fn admission_is_bounded_and_cancel_frees_it() {
         let now = Instant::now();
-        let mut s = State::new(limits(), now);
+        let mut s = State::new(limits(), Arc::new(EventLog::new(100)), now);
         let (wtx, mut wrx) = mpsc::channel(16);
         s.add_worker("w".into(), 1, wtx, now);
         let (btx, _brx) = mpsc::channel(80);
@@ -641,7 +721,7 @@ mod tests {
     #[test]
     fn batches_fail_after_the_grace_period_without_workers() {
         let now = Instant::now();
-        let mut s = State::new(limits(), now);
+        let mut s = State::new(limits(), Arc::new(EventLog::new(100)), now);
         let (btx, mut brx) = mpsc::channel(2);
         s.admit(tasks(2), btx).unwrap();
         s.fail_if_no_workers(now + Duration::from_millis(10), Duration::from_secs(1));

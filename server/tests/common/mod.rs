@@ -59,7 +59,10 @@ impl FakeWorker {
         let out = fake.out.clone();
         tokio::spawn(async move {
             let beat = v1::WorkerMessage {
-                kind: Some(worker_message::Kind::Heartbeat(v1::Heartbeat { busy: 0 })),
+                kind: Some(worker_message::Kind::Heartbeat(v1::Heartbeat {
+                    busy: 0,
+                    cache: None,
+                })),
             };
             while out.send(beat.clone()).await.is_ok() {
                 tokio::time::sleep(Duration::from_millis(50)).await;

@@ -1,0 +1,456 @@
+//! The coordinator's event log: every batch, result and worker change as a
+//! numbered [`v1::ClusterEvent`], for watchers (`Watch` RPC, `colball
+//! watch`) and the dashboard.
+//!
+//! Events get consecutive sequence numbers from 1. The newest
+//! `capacity` events are retained, so a watcher can resume from a sequence
+//! number it saw (after a reconnect, say) as long as that point is still
+//! retained; live events are fanned out through a bounded broadcast
+//! channel. A watcher that falls behind the channel catches up from the
+//! retained events, and is told clearly (OUT_OF_RANGE) when even those have
+//! moved past it. Publishing never waits for a watcher.
+//!
+//! The log also keeps what the dashboard and `/metrics` show about recent
+//! traffic: the last results and failures, recent solve times and totals by
+//! strategy.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use colball_proto::v1::{self, cluster_event::Kind, puzzle_result};
+use prometheus_client::metrics::histogram::Histogram;
+use serde::Serialize;
+use tokio::sync::broadcast;
+
+/// Events retained for resuming watchers by default.
+pub const DEFAULT_RETAINED: usize = 100_000;
+/// Recent results and failures kept for the dashboard.
+const RECENT: usize = 20;
+/// Recent solve times kept for the dashboard's percentiles.
+const RECENT_TIMES: usize = 1024;
+
+/// Upper bounds, in seconds, of the solve-time histogram's buckets: from
+/// 10 us (small boards) to 1 s (the slowest 4x4 pairs take tens of ms).
+fn latency_buckets() -> impl Iterator<Item = f64> {
+    [
+        1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0,
+    ]
+    .into_iter()
+}
+
+/// A retained range did not contain the requested resume point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "cannot resume from event {requested}: this coordinator retains events {oldest} to {newest}; resume from {oldest} or watch from now"
+)]
+pub struct Gone {
+    pub requested: u64,
+    pub oldest: u64,
+    pub newest: u64,
+}
+
+/// A result or failure as the dashboard lists it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Recent {
+    pub unix_ms: i64,
+    pub id: String,
+    pub text: String,
+}
+
+/// Totals and recent traffic for the dashboard and `/metrics`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Traffic {
+    /// Results by how they were answered: a worker strategy, or `cache`
+    /// (the coordinator's result cache).
+    pub by_strategy: BTreeMap<String, u64>,
+    /// Error results (invalid puzzles, puzzles the cluster gave up on).
+    pub errors: u64,
+    pub results: Vec<Recent>,
+    pub failures: Vec<Recent>,
+    /// Median and 99th percentile of recent worker solve times, in us.
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub newest_sequence: u64,
+}
+
+#[derive(Debug)]
+struct Inner {
+    next: u64,
+    next_batch: u64,
+    retained: VecDeque<Arc<v1::ClusterEvent>>,
+    capacity: usize,
+    by_strategy: BTreeMap<String, u64>,
+    errors: u64,
+    results: VecDeque<Recent>,
+    failures: VecDeque<Recent>,
+    times_us: VecDeque<u64>,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct EventLog {
+    inner: Mutex<Inner>,
+    live: broadcast::Sender<Arc<v1::ClusterEvent>>,
+    latency: Histogram,
+}
+
+/// Where a new watcher starts: the retained events it asked for, then the
+/// live ones after them.
+#[derive(Debug)]
+pub struct Subscription {
+    /// The sequence number just before the first event the watcher gets.
+    pub after: u64,
+    pub backlog: Vec<Arc<v1::ClusterEvent>>,
+    pub live: broadcast::Receiver<Arc<v1::ClusterEvent>>,
+}
+
+fn unix_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl EventLog {
+    /// A log retaining the newest `capacity` events (at least 1).
+    pub fn new(capacity: usize) -> EventLog {
+        EventLog {
+            inner: Mutex::new(Inner {
+                next: 1,
+                next_batch: 1,
+                retained: VecDeque::new(),
+                capacity: capacity.max(1),
+                by_strategy: BTreeMap::new(),
+                errors: 0,
+                results: VecDeque::new(),
+                failures: VecDeque::new(),
+                times_us: VecDeque::new(),
+            }),
+            live: broadcast::channel(4096).0,
+            latency: Histogram::new(latency_buckets()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Nothing under this lock can leave it half-updated.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A number for a new request.
+    pub fn next_batch(&self) -> u64 {
+        let mut inner = self.lock();
+        let batch = inner.next_batch;
+        inner.next_batch += 1;
+        batch
+    }
+
+    /// Records `kind` as the next event and sends it to live watchers.
+    pub fn publish(&self, kind: Kind) {
+        let now = unix_ms();
+        let mut inner = self.lock();
+        if let Kind::Result(r) = &kind {
+            self.account(&mut inner, r, now);
+        }
+        if let Kind::WorkerLost(w) = &kind {
+            push(
+                &mut inner.failures,
+                Recent {
+                    unix_ms: now,
+                    id: w.name.clone(),
+                    text: format!(
+                        "worker {} lost ({}): {} puzzles re-dispatched",
+                        w.name, w.reason, w.redispatched
+                    ),
+                },
+            );
+        }
+        let event = Arc::new(v1::ClusterEvent {
+            sequence: inner.next,
+            unix_ms: now,
+            kind: Some(kind),
+        });
+        inner.next += 1;
+        if inner.retained.len() == inner.capacity {
+            inner.retained.pop_front();
+        }
+        inner.retained.push_back(event.clone());
+        // Sent under the lock so live order is sequence order. No receiver
+        // is not an error.
+        let _ = self.live.send(event);
+    }
+
+    fn account(&self, inner: &mut Inner, r: &v1::ResultEvent, now: i64) {
+        let Some(result) = &r.result else { return };
+        match &result.outcome {
+            Some(puzzle_result::Outcome::Solved(s)) => {
+                let how = if s.cached {
+                    "result_cache"
+                } else {
+                    s.strategy.as_str()
+                };
+                *inner.by_strategy.entry(how.to_string()).or_default() += 1;
+                if !s.cached {
+                    self.latency.observe(s.time_us as f64 / 1e6);
+                    if inner.times_us.len() == RECENT_TIMES {
+                        inner.times_us.pop_front();
+                    }
+                    inner.times_us.push_back(s.time_us);
+                }
+                let text = if s.cached {
+                    format!("{} moves (cached)", s.moves)
+                } else {
+                    format!(
+                        "{} moves by {} ({}, {} us)",
+                        s.moves, s.worker, s.strategy, s.time_us
+                    )
+                };
+                push(
+                    &mut inner.results,
+                    Recent {
+                        unix_ms: now,
+                        id: result.id.clone(),
+                        text,
+                    },
+                );
+            }
+            Some(puzzle_result::Outcome::Error(e)) => {
+                inner.errors += 1;
+                push(
+                    &mut inner.failures,
+                    Recent {
+                        unix_ms: now,
+                        id: result.id.clone(),
+                        text: e.message.clone(),
+                    },
+                );
+            }
+            None => {}
+        }
+    }
+
+    /// Starts a watcher: from `from` (retained events first), or from now.
+    pub fn subscribe(&self, from: Option<u64>) -> Result<Subscription, Gone> {
+        let inner = self.lock();
+        // Subscribing under the lock: nothing is published between the
+        // backlog and the first live event.
+        let live = self.live.subscribe();
+        let (after, backlog) = match from {
+            None => (inner.next - 1, Vec::new()),
+            Some(from) => (from.saturating_sub(1), since(&inner, from)?),
+        };
+        Ok(Subscription {
+            after,
+            backlog,
+            live,
+        })
+    }
+
+    /// The retained events from `from` on, for a watcher that fell behind.
+    pub fn since(&self, from: u64) -> Result<Vec<Arc<v1::ClusterEvent>>, Gone> {
+        since(&self.lock(), from)
+    }
+
+    /// Totals and recent traffic.
+    pub fn traffic(&self) -> Traffic {
+        let inner = self.lock();
+        let mut times: Vec<u64> = inner.times_us.iter().copied().collect();
+        times.sort_unstable();
+        let pct = |p: usize| {
+            times
+                .get((times.len() * p / 100).min(times.len().saturating_sub(1)))
+                .copied()
+                .unwrap_or(0)
+        };
+        Traffic {
+            by_strategy: inner.by_strategy.clone(),
+            errors: inner.errors,
+            results: inner.results.iter().rev().cloned().collect(),
+            failures: inner.failures.iter().rev().cloned().collect(),
+            p50_us: pct(50),
+            p99_us: pct(99),
+            newest_sequence: inner.next - 1,
+        }
+    }
+
+    /// The histogram of worker solve times, in seconds.
+    pub fn latency(&self) -> Histogram {
+        self.latency.clone()
+    }
+}
+
+fn push(ring: &mut VecDeque<Recent>, item: Recent) {
+    if ring.len() == RECENT {
+        ring.pop_front();
+    }
+    ring.push_back(item);
+}
+
+fn since(inner: &Inner, from: u64) -> Result<Vec<Arc<v1::ClusterEvent>>, Gone> {
+    let newest = inner.next - 1;
+    let oldest = inner.retained.front().map_or(inner.next, |e| e.sequence);
+    // `newest + 1` is "the next event": resuming there is just watching.
+    if from < oldest || from > newest + 1 {
+        return Err(Gone {
+            requested: from,
+            oldest,
+            newest,
+        });
+    }
+    let skip = (from - oldest) as usize;
+    Ok(inner.retained.iter().skip(skip).cloned().collect())
+}
+
+/// Follows one request for the event log: numbers it, announces it, and
+/// reports its results, progress and end.
+#[derive(Debug)]
+pub struct BatchEvents {
+    log: Arc<EventLog>,
+    batch: u64,
+    total: u64,
+    solved: u64,
+    errors: u64,
+    next_progress: u64,
+    started: std::time::Instant,
+    finished: bool,
+}
+
+impl BatchEvents {
+    /// Announces a request of `total` puzzles (`request` names the RPC).
+    pub fn accept(log: Arc<EventLog>, total: usize, request: &str) -> BatchEvents {
+        let batch = log.next_batch();
+        log.publish(Kind::BatchAccepted(v1::BatchAccepted {
+            batch,
+            puzzles: total as u64,
+            request: request.to_string(),
+        }));
+        let total = total as u64;
+        BatchEvents {
+            log,
+            batch,
+            total,
+            solved: 0,
+            errors: 0,
+            next_progress: progress_step(total),
+            started: std::time::Instant::now(),
+            finished: false,
+        }
+    }
+
+    /// Reports one result (and progress at every tenth of the batch).
+    pub fn result(&mut self, result: &v1::PuzzleResult) {
+        match result.outcome {
+            Some(puzzle_result::Outcome::Error(_)) => self.errors += 1,
+            _ => self.solved += 1,
+        }
+        self.log.publish(Kind::Result(v1::ResultEvent {
+            batch: self.batch,
+            result: Some(result.clone()),
+        }));
+        let done = self.solved + self.errors;
+        let step = progress_step(self.total);
+        if done >= self.next_progress && done < self.total {
+            self.log.publish(Kind::BatchProgress(v1::BatchProgress {
+                batch: self.batch,
+                done,
+                total: self.total,
+            }));
+            self.next_progress = done + step;
+        }
+    }
+
+    /// Reports the end of the request; `outcome` is `complete` or why not.
+    pub fn finish(&mut self, outcome: &str) {
+        if std::mem::replace(&mut self.finished, true) {
+            return;
+        }
+        let done = self.solved + self.errors;
+        self.log.publish(Kind::BatchFinished(v1::BatchFinished {
+            batch: self.batch,
+            total: self.total,
+            solved: self.solved,
+            errors: self.errors,
+            unanswered: self.total.saturating_sub(done),
+            outcome: outcome.to_string(),
+            elapsed_ms: self.started.elapsed().as_millis() as u64,
+        }));
+    }
+}
+
+impl Drop for BatchEvents {
+    fn drop(&mut self) {
+        // A request abandoned without a word (its future was dropped).
+        self.finish("client gone");
+    }
+}
+
+/// Results between progress events: a tenth of the batch; batches under 20
+/// puzzles get none.
+fn progress_step(total: u64) -> u64 {
+    if total < 20 { u64::MAX } else { total / 10 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn joined(n: u64) -> Kind {
+        Kind::WorkerJoined(v1::WorkerJoined {
+            worker: n,
+            name: format!("w{n}"),
+            slots: 1,
+        })
+    }
+
+    #[test]
+    fn resume_replays_retained_events_then_follows_live() {
+        let log = EventLog::new(3);
+        for n in 1..=5 {
+            log.publish(joined(n));
+        }
+        // Events 3, 4 and 5 are retained.
+        let gone = log.subscribe(Some(2)).unwrap_err();
+        assert_eq!(
+            gone,
+            Gone {
+                requested: 2,
+                oldest: 3,
+                newest: 5
+            }
+        );
+        assert!(gone.to_string().contains("retains events 3 to 5"));
+        assert!(log.subscribe(Some(7)).is_err(), "beyond the newest + 1");
+        let mut sub = log.subscribe(Some(4)).unwrap();
+        let seqs: Vec<u64> = sub.backlog.iter().map(|e| e.sequence).collect();
+        assert_eq!(seqs, [4, 5]);
+        log.publish(joined(6));
+        assert_eq!(sub.live.try_recv().unwrap().sequence, 6);
+        assert!(log.subscribe(Some(7)).unwrap().backlog.is_empty());
+    }
+
+    #[test]
+    fn batches_report_progress_by_tenths_and_finish_once() {
+        let log = Arc::new(EventLog::new(1000));
+        let mut sub = log.subscribe(None).unwrap();
+        let mut batch = BatchEvents::accept(log.clone(), 40, "solve_batch");
+        for i in 0..40 {
+            batch.result(&v1::PuzzleResult::failed(format!("p{i}"), i, "x".into()));
+        }
+        batch.finish("complete");
+        drop(batch);
+        let mut progress = Vec::new();
+        let mut finished = Vec::new();
+        while let Ok(e) = sub.live.try_recv() {
+            match e.kind.clone() {
+                Some(Kind::BatchProgress(p)) => progress.push(p.done),
+                Some(Kind::BatchFinished(f)) => finished.push(f),
+                _ => {}
+            }
+        }
+        assert_eq!(progress, [4, 8, 12, 16, 20, 24, 28, 32, 36]);
+        assert_eq!(finished.len(), 1, "finish and drop report once");
+        assert_eq!(finished[0].errors, 40);
+        assert_eq!(finished[0].outcome, "complete");
+        assert_eq!(log.traffic().errors, 40);
+        assert_eq!(log.traffic().failures.len(), RECENT);
+    }
+}
