@@ -4,8 +4,10 @@
 //!   input order;
 //! - [`bench`]: the measurements behind `colball bench`.
 //! - [`remote`]: the typed client for a colball cluster, behind
-//!   `colball solve --connect URL`.
+//!   `colball solve --connect URL`;
+//! - [`watch`]: `colball watch`, a cluster's events as lines.
 
 pub mod bench;
 pub mod local;
 pub mod remote;
+pub mod watch;

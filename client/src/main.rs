@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use colball_client::bench::{self, human};
 use colball_client::local::{self, Solved};
-use colball_client::remote;
+use colball_client::{remote, watch};
 use colball_solver::cache::CacheConfig;
 use colball_solver::format::{Format, classic, jsonl};
 use colball_solver::generate::Generator;
@@ -32,6 +32,9 @@ enum Command {
     Gen(GenArgs),
     /// Measure solving speed on one thread.
     Bench(BenchArgs),
+    /// Print a cluster's events live: batches, results, workers joining,
+    /// leaving and lost. One line per event.
+    Watch(WatchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -125,6 +128,32 @@ struct GenArgs {
 }
 
 #[derive(Args, Debug)]
+struct WatchArgs {
+    /// The coordinator's URL, for example `http://127.0.0.1:50051`.
+    #[arg(long, env = colball_client::remote::CONNECT_ENV, value_name = "URL")]
+    connect: String,
+    /// Resume from this event sequence number: events the coordinator
+    /// still retains are printed first. Default: only new events.
+    #[arg(long, value_name = "SEQ")]
+    from: Option<u64>,
+    /// `text` for people, `jsonl` for machines (one JSON object per line).
+    #[arg(long, value_enum, default_value_t = WatchFormatArg::Text)]
+    format: WatchFormatArg,
+    /// Leave out the per-puzzle result events.
+    #[arg(long)]
+    no_results: bool,
+    /// Stop after printing this many events.
+    #[arg(long, value_name = "N")]
+    count: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum WatchFormatArg {
+    Text,
+    Jsonl,
+}
+
+#[derive(Args, Debug)]
 struct BenchArgs {
     /// Uniformly random 4x4 puzzles to time.
     #[arg(long, default_value_t = 2000)]
@@ -152,6 +181,7 @@ fn main() -> ExitCode {
         Command::Solve(args) => solve(args),
         Command::Gen(args) => generate(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => run_bench(args).map(|()| ExitCode::SUCCESS),
+        Command::Watch(args) => run_watch(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,
@@ -160,6 +190,29 @@ fn main() -> ExitCode {
             eprintln!("colball: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+fn run_watch(args: WatchArgs) -> Result<()> {
+    let options = watch::WatchOptions {
+        url: args.connect,
+        from: args.from,
+        format: match args.format {
+            WatchFormatArg::Text => watch::WatchFormat::Text,
+            WatchFormatArg::Jsonl => watch::WatchFormat::Jsonl,
+        },
+        no_results: args.no_results,
+        count: args.count,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let mut out = io::stdout().lock();
+    let mut note = |line: &str| eprintln!("colball watch: {line}");
+    match runtime.block_on(watch::watch(&options, &mut out, &mut note)) {
+        Err(watch::WatchError::Output(e)) => Err(e.into()),
+        other => Ok(other?),
     }
 }
 

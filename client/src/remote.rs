@@ -125,6 +125,21 @@ impl Client {
     }
 }
 
+impl Client {
+    /// Follows the cluster's events: from `from` (retained events first)
+    /// or from now. A resume point the coordinator no longer retains is a
+    /// `Status` error with code OUT_OF_RANGE.
+    pub async fn watch(
+        &mut self,
+        from: Option<u64>,
+    ) -> Result<tonic::Streaming<v1::ClusterEvent>, ClientError> {
+        let request = v1::WatchRequest {
+            from_sequence: from,
+        };
+        Ok(self.inner.watch(request).await?.into_inner())
+    }
+}
+
 /// Turns a wire result into solver types, checking it against the puzzle.
 fn convert(result: v1::PuzzleResult, puzzles: &[Puzzle]) -> Result<RemoteSolved, ClientError> {
     let index = result.index as usize;
