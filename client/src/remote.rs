@@ -61,12 +61,14 @@ impl ClientError {
     /// away" into [`ClientError::ConnectionLost`]; other errors unchanged.
     fn lost_if_gone(self, url: &str, received: usize, total: usize) -> ClientError {
         match self {
-            ClientError::Status(status) if connection_gone(&status) => ClientError::ConnectionLost {
-                url: url.to_string(),
-                received,
-                total,
-                reason: status_reason(&status),
-            },
+            ClientError::Status(status) if connection_gone(&status) => {
+                ClientError::ConnectionLost {
+                    url: url.to_string(),
+                    received,
+                    total,
+                    reason: status_reason(&status),
+                }
+            }
             other => other,
         }
     }
@@ -130,7 +132,15 @@ impl Client {
                 url: url.to_string(),
                 reason: e.to_string(),
             })?
-            .connect_timeout(Duration::from_secs(10));
+            .connect_timeout(Duration::from_secs(10))
+            // Without pings, a coordinator that vanishes without closing the
+            // connection (its machine lost power, the network partitioned)
+            // would leave a batch waiting forever. A ping every 10 s, and no
+            // answer within 20 s, breaks the connection, which
+            // `solve_in_order` reports as lost (the worker does the same).
+            .http2_keep_alive_interval(Duration::from_secs(10))
+            .keep_alive_timeout(Duration::from_secs(20))
+            .keep_alive_while_idle(true);
         let channel = endpoint
             .connect()
             .await

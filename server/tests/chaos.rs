@@ -97,11 +97,7 @@ async fn workers_killed_and_streams_cut_mid_batch_lose_nothing() {
                 *slot = Some(start(name, &c.url));
                 kills += 1;
             }
-            1 if cuts < CUTS => {
-                if proxy.cut() > 0 {
-                    cuts += 1;
-                }
-            }
+            1 if cuts < CUTS && proxy.cut() > 0 => cuts += 1,
             _ => {}
         }
         step += 1;
@@ -168,8 +164,12 @@ async fn coordinator_restart(signal: &str, seed: u64) {
     let _b = procs::worker(bin(), &c.url, "b", Stderr::Quiet, &[]);
     wait_metric(&c.http, "workers", |n| n == 2).await;
 
-    let puzzles: Arc<Vec<Puzzle>> =
-        Arc::new(four_by_four(seed, PUZZLES).into_iter().map(|(_, p)| p).collect());
+    let puzzles: Arc<Vec<Puzzle>> = Arc::new(
+        four_by_four(seed, PUZZLES)
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect(),
+    );
     let received = Arc::new(AtomicUsize::new(0));
     let batch = solve_in_background(c.url.clone(), puzzles.clone(), received.clone());
     wait_metric(&c.http, "solved_total", |n| n >= 100).await;
@@ -197,8 +197,10 @@ async fn coordinator_restart(signal: &str, seed: u64) {
     assert_eq!((*reported, *total), (got, PUZZLES));
     let message = failure.to_string();
     assert!(
-        message.contains(&format!("lost the connection to the coordinator at {}", c.url))
-            && message.contains("resubmit"),
+        message.contains(&format!(
+            "lost the connection to the coordinator at {}",
+            c.url
+        )) && message.contains("resubmit"),
         "{message}"
     );
 
