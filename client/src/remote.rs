@@ -41,6 +41,64 @@ pub enum ClientError {
     Puzzle { id: String, message: String },
     #[error("the cluster sent a malformed result: {0}")]
     Protocol(String),
+    /// The connection broke mid-batch: the coordinator crashed, restarted
+    /// or shut down, or the network failed. A coordinator keeps nothing
+    /// across a restart (see docs/RELIABILITY.md), so the only way on is to
+    /// submit the batch again.
+    #[error(
+        "lost the connection to the coordinator at {url} after {received} of {total} results ({reason}); the batch was not completed: resubmit it"
+    )]
+    ConnectionLost {
+        url: String,
+        received: usize,
+        total: usize,
+        reason: String,
+    },
+}
+
+impl ClientError {
+    /// Turns a status that means "the coordinator or the connection went
+    /// away" into [`ClientError::ConnectionLost`]; other errors unchanged.
+    fn lost_if_gone(self, url: &str, received: usize, total: usize) -> ClientError {
+        match self {
+            ClientError::Status(status) if connection_gone(&status) => {
+                ClientError::ConnectionLost {
+                    url: url.to_string(),
+                    received,
+                    total,
+                    reason: status_reason(&status),
+                }
+            }
+            other => other,
+        }
+    }
+}
+
+/// Whether a status says the connection to the coordinator is gone. A
+/// status tonic made from a transport failure (reset, broken pipe, closed
+/// connection) carries that failure as its `source`; a status the
+/// coordinator sent does not, and of those only UNAVAILABLE "shutting
+/// down" means the coordinator is going away.
+fn connection_gone(status: &tonic::Status) -> bool {
+    use std::error::Error as _;
+    status.source().is_some()
+        || (status.code() == tonic::Code::Unavailable && status.message().contains("shutting down"))
+}
+
+/// The status's message and the transport failure beneath it, if any.
+fn status_reason(status: &tonic::Status) -> String {
+    use std::error::Error as _;
+    let mut reason = format!("{}: {}", status.code(), status.message());
+    let mut source = status.source();
+    while let Some(e) = source {
+        let text = e.to_string();
+        if !reason.contains(&text) {
+            reason.push_str(": ");
+            reason.push_str(&text);
+        }
+        source = e.source();
+    }
+    reason
 }
 
 /// One result from the cluster.
@@ -74,7 +132,15 @@ impl Client {
                 url: url.to_string(),
                 reason: e.to_string(),
             })?
-            .connect_timeout(Duration::from_secs(10));
+            .connect_timeout(Duration::from_secs(10))
+            // Without pings, a coordinator that vanishes without closing the
+            // connection (its machine lost power, the network partitioned)
+            // would leave a batch waiting forever. A ping every 10 s, and no
+            // answer within 20 s, breaks the connection, which
+            // `solve_in_order` reports as lost (the worker does the same).
+            .http2_keep_alive_interval(Duration::from_secs(10))
+            .keep_alive_timeout(Duration::from_secs(20))
+            .keep_alive_while_idle(true);
         let channel = endpoint
             .connect()
             .await
@@ -211,6 +277,7 @@ pub fn solve_in_order<E>(
         .map_err(|e| ClientError::Protocol(format!("cannot start the async runtime: {e}")))?;
     runtime.block_on(async {
         let mut client = Client::connect(url).await?;
+        let total = puzzles.len();
         for (chunk_no, chunk) in puzzles.chunks(REQUEST_CHUNK).enumerate() {
             let base = chunk_no * REQUEST_CHUNK;
             let named: Vec<(String, Puzzle)> = chunk
@@ -218,10 +285,14 @@ pub fn solve_in_order<E>(
                 .enumerate()
                 .map(|(i, p)| ((base + i + 1).to_string(), *p))
                 .collect();
-            let mut stream = client.solve_stream(&named, true).await?;
+            let lost = |e: ClientError, received: usize| e.lost_if_gone(url, received, total);
+            let mut stream = client
+                .solve_stream(&named, true)
+                .await
+                .map_err(|e| lost(e, base))?;
             let mut expected = 0;
             while let Some(item) = stream.next().await {
-                let mut solved = item?;
+                let mut solved = item.map_err(|e| lost(e, base + expected))?;
                 if solved.index != expected {
                     return Err(ClientError::Protocol(format!(
                         "result {} arrived when {expected} was due",
@@ -234,10 +305,14 @@ pub fn solve_in_order<E>(
                 on_result(solved).map_err(SolveError::Output)?;
             }
             if expected != chunk.len() {
-                return Err(ClientError::Protocol(format!(
-                    "the stream ended after {expected} of {} results",
-                    chunk.len()
-                ))
+                // The stream ended cleanly but early: the coordinator went
+                // away without saying why.
+                return Err(ClientError::ConnectionLost {
+                    url: url.to_string(),
+                    received: base + expected,
+                    total,
+                    reason: "the result stream ended early".to_string(),
+                }
                 .into());
             }
         }

@@ -10,140 +10,27 @@
 mod common;
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::io::Read;
+use std::path::Path;
 
 use colball_client::remote::{Client, ClientError};
+use common::procs::{self, Proc, Stderr, metric, wait_metric};
 use common::{four_by_four, mixed};
 use tokio_stream::StreamExt;
 
-const WAIT: Duration = Duration::from_secs(20);
+const BIN: &str = env!("CARGO_BIN_EXE_colball-server");
 
-/// A child process killed on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Proc {
-    fn signal(&self, name: &str) {
-        let status = Command::new("kill")
-            .args([format!("-{name}"), self.0.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-
-    /// Waits (bounded) for the process to exit; returns its status.
-    fn wait_exit(&mut self) -> std::process::ExitStatus {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(status) = self.0.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "process did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-struct Coordinator {
-    _proc: Proc,
-    url: String,
-    http: String,
-}
-
-fn server() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_colball-server"));
-    c.env("RUST_LOG", "warn");
-    c
-}
-
-fn coordinator(extra: &[&str]) -> Coordinator {
-    let mut child = server()
-        .args([
-            "coordinator",
-            "--listen",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-            "--heartbeat-ms",
-            "200",
-        ])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let proc = Proc(child);
-    let mut url = None;
-    let mut http = None;
-    while url.is_none() || http.is_none() {
-        let line = lines.next().expect("coordinator exited early").unwrap();
-        if let Some(addr) = line.strip_prefix("listening ") {
-            url = Some(format!("http://{addr}"));
-        } else if let Some(addr) = line.strip_prefix("http ") {
-            http = Some(addr.to_string());
-        }
-    }
-    Coordinator {
-        _proc: proc,
-        url: url.unwrap(),
-        http: http.unwrap(),
-    }
+fn coordinator(extra: &[&str]) -> procs::Coordinator {
+    procs::coordinator(Path::new(BIN), "127.0.0.1:0", extra)
 }
 
 fn worker(url: &str, name: &str, extra: &[&str]) -> Proc {
-    Proc(
-        server()
-            .args([
-                "worker",
-                "--coordinator",
-                url,
-                "--threads",
-                "1",
-                "--name",
-                name,
-            ])
-            .args(extra)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    )
-}
-
-/// One value from the coordinator's /metrics.
-fn metric(http: &str, name: &str) -> u64 {
-    let mut s = TcpStream::connect(http).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
-    let key = format!("colball_{name} ");
-    body.lines()
-        .find_map(|l| l.strip_prefix(&key))
-        .unwrap_or_else(|| panic!("no metric {name} in {body}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
-/// Polls /metrics until `name` satisfies `ok`, within `WAIT`.
-async fn wait_metric(http: &str, name: &str, ok: impl Fn(u64) -> bool) -> u64 {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let v = metric(http, name);
-        if ok(v) {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "{name} stuck at {v}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let stderr = if extra.is_empty() {
+        Stderr::Warn
+    } else {
+        Stderr::Capture
+    };
+    procs::worker(Path::new(BIN), url, name, stderr, extra)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

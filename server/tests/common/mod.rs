@@ -1,7 +1,13 @@
 //! Helpers shared by the cluster tests: puzzles with known answers and a
-//! scripted fake worker.
+//! scripted fake worker; [`procs`] (real server processes), [`proxy`] (a
+//! TCP proxy whose connections can be cut) and [`load`] (the load run,
+//! shared with the `load` example).
 
 #![allow(dead_code)]
+
+pub mod load;
+pub mod procs;
+pub mod proxy;
 
 use std::time::Duration;
 

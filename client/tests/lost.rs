@@ -1,0 +1,101 @@
+//! `colball solve --connect` when the connection to the coordinator breaks
+//! mid-batch (as when the coordinator crashes or restarts): the command
+//! exits non-zero, at once, saying the connection was lost and the batch
+//! must be resubmitted. The break is made by a TCP proxy between the
+//! command and an in-process cluster, which drops every connection.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::time::{Duration, Instant};
+
+use colball_server::coordinator::Config;
+use colball_server::testing::LocalCluster;
+
+mod common;
+#[allow(dead_code)]
+#[path = "../../server/tests/common/proxy.rs"]
+mod proxy;
+
+use common::run as colball;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_coordinator_connection_fails_the_command_with_resubmit_advice() {
+    let cluster = LocalCluster::start(Config::default(), 2, 1).await.unwrap();
+    assert!(cluster.wait_for_workers(2, Duration::from_secs(20)).await);
+    let proxy = proxy::Proxy::start(cluster.addr).await.unwrap();
+    let generated = colball(
+        &["gen", "--size", "4x4", "--count", "3000", "--seed", "17"],
+        None,
+        b"",
+    );
+    assert!(generated.status.success());
+    let url = proxy.url();
+    let command = tokio::task::spawn_blocking({
+        let url = url.clone();
+        move || colball(&["solve", "--connect", &url], None, &generated.stdout)
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while cluster.shared.snapshot().0.counters.solved < 100 {
+        assert!(Instant::now() < deadline, "no progress");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(proxy.cut() > 0);
+    let out = tokio::time::timeout(Duration::from_secs(20), command)
+        .await
+        .expect("colball hung after the connection broke")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("lost the connection to the coordinator at {url}"))
+            && stderr.contains("of 3000 results")
+            && stderr.contains("resubmit it"),
+        "{stderr}"
+    );
+    // What was printed before the break is a prefix of the answers.
+    let printed = String::from_utf8_lossy(&out.stdout).lines().count();
+    assert!(printed < 3000, "{printed}");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_coordinator_fails_the_command_within_the_keepalive_timeout() {
+    let cluster = LocalCluster::start(Config::default(), 2, 1).await.unwrap();
+    assert!(cluster.wait_for_workers(2, Duration::from_secs(20)).await);
+    let proxy = proxy::Proxy::start(cluster.addr).await.unwrap();
+    let generated = colball(
+        &["gen", "--size", "4x4", "--count", "3000", "--seed", "18"],
+        None,
+        b"",
+    );
+    assert!(generated.status.success());
+    let url = proxy.url();
+    let command = tokio::task::spawn_blocking({
+        let url = url.clone();
+        move || colball(&["solve", "--connect", &url], None, &generated.stdout)
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while cluster.shared.snapshot().0.counters.solved < 100 {
+        assert!(Instant::now() < deadline, "no progress");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Nothing is closed and nothing arrives: only the client's HTTP/2
+    // pings (every 10 s, 20 s to answer) can tell.
+    proxy.freeze();
+    let frozen_at = Instant::now();
+    let out = tokio::time::timeout(Duration::from_secs(60), command)
+        .await
+        .expect("colball hung on a silent coordinator")
+        .unwrap();
+    let waited = frozen_at.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("lost the connection to the coordinator at {url}"))
+            && stderr.contains("resubmit it"),
+        "{stderr}"
+    );
+    assert!(waited < Duration::from_secs(45), "{waited:?}");
+    drop(proxy);
+    cluster.shutdown().await;
+}

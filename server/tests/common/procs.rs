@@ -1,0 +1,214 @@
+//! Real `colball-server` processes on loopback, for the process, load and
+//! chaos tests and the `load` example (which includes this file by path,
+//! so nothing here may use `env!("CARGO_BIN_EXE_...")`: callers pass the
+//! binary).
+//!
+//! Every child is killed when its [`Proc`] drops; addresses come from the
+//! coordinator's `listening ADDR` / `http ADDR` lines, and waits poll
+//! `/metrics` with a bounded deadline.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long any wait on a process or a metric may take.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// A child process, killed (SIGKILL) and reaped on drop.
+#[derive(Debug)]
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// Sends a signal by name (`TERM`, `KILL`, ...).
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{name}"), self.0.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{name} {}", self.0.id());
+    }
+
+    /// SIGKILL, then reap.
+    pub fn kill(mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+
+    /// Waits (bounded by [`WAIT`]) for the process to exit.
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.0.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "process did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `(VmHWM, VmRSS)` in KiB from `/proc/PID/status`: the peak and the
+    /// current resident set. `None` once the process is gone.
+    pub fn memory_kib(&self) -> Option<(u64, u64)> {
+        memory_kib(&format!("/proc/{}/status", self.0.id()))
+    }
+}
+
+/// `(VmHWM, VmRSS)` in KiB from a `/proc/.../status` file.
+pub fn memory_kib(status_file: &str) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string(status_file).ok()?;
+    let field = |name: &str| -> Option<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()
+    };
+    Some((field("VmHWM:")?, field("VmRSS:")?))
+}
+
+/// A coordinator process and where it listens.
+#[derive(Debug)]
+pub struct Coordinator {
+    pub proc: Proc,
+    /// The gRPC address (`listening ADDR`).
+    pub addr: SocketAddr,
+    pub url: String,
+    /// The plain-HTTP address (`http ADDR`).
+    pub http: String,
+}
+
+fn command(bin: &Path, log: &str) -> Command {
+    let mut c = Command::new(bin);
+    c.env("RUST_LOG", log);
+    c
+}
+
+/// Starts a coordinator on `listen` (`127.0.0.1:0` for a fresh port) with
+/// its HTTP endpoint on a fresh port and 200 ms heartbeats, and waits for
+/// its address lines.
+pub fn coordinator(bin: &Path, listen: &str, extra: &[&str]) -> Coordinator {
+    let mut child = command(bin, "warn")
+        .args([
+            "coordinator",
+            "--listen",
+            listen,
+            "--http",
+            "127.0.0.1:0",
+            "--heartbeat-ms",
+            "200",
+        ])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+    let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+    let proc = Proc(child);
+    let mut addr = None;
+    let mut http = None;
+    while addr.is_none() || http.is_none() {
+        let line = lines
+            .next()
+            .expect("coordinator exited early")
+            .expect("read coordinator output");
+        if let Some(a) = line.strip_prefix("listening ") {
+            addr = Some(a.parse::<SocketAddr>().expect("listening address"));
+        } else if let Some(a) = line.strip_prefix("http ") {
+            http = Some(a.to_string());
+        }
+    }
+    let addr = addr.expect("listening line");
+    Coordinator {
+        proc,
+        addr,
+        url: format!("http://{addr}"),
+        http: http.expect("http line"),
+    }
+}
+
+/// How a worker's standard error is handled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stderr {
+    /// Inherited, with warnings on (`RUST_LOG=warn`).
+    Warn,
+    /// Inherited, errors only: for tests that make workers reconnect often.
+    Quiet,
+    /// Piped, for tests that read it.
+    Capture,
+}
+
+/// Starts a one-thread worker named `name` dialling `url`.
+pub fn worker(bin: &Path, url: &str, name: &str, stderr: Stderr, extra: &[&str]) -> Proc {
+    let log = if stderr == Stderr::Quiet {
+        "error"
+    } else {
+        "warn"
+    };
+    let mut c = command(bin, log);
+    c.args([
+        "worker",
+        "--coordinator",
+        url,
+        "--threads",
+        "1",
+        "--name",
+        name,
+    ])
+    .args(extra);
+    if stderr == Stderr::Capture {
+        c.stderr(Stdio::piped());
+    }
+    Proc(
+        c.spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display())),
+    )
+}
+
+/// All of the coordinator's `/metrics`, or the connection error.
+pub fn metrics_text(http: &str) -> std::io::Result<String> {
+    let mut s = TcpStream::connect(http)?;
+    s.set_read_timeout(Some(WAIT))?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")?;
+    let mut body = String::new();
+    s.read_to_string(&mut body)?;
+    Ok(body)
+}
+
+/// One value from the coordinator's `/metrics` (`colball_NAME`).
+pub fn metric(http: &str, name: &str) -> u64 {
+    let body = metrics_text(http).unwrap_or_else(|e| panic!("GET http://{http}/metrics: {e}"));
+    let key = format!("colball_{name} ");
+    body.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .unwrap_or_else(|| panic!("no metric {name} in {body}"))
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("metric {name}: {e}"))
+}
+
+/// Polls `/metrics` until `name` satisfies `ok`, within [`WAIT`].
+pub async fn wait_metric(http: &str, name: &str, ok: impl Fn(u64) -> bool) -> u64 {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let v = metric(http, name);
+        if ok(v) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{name} stuck at {v}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
