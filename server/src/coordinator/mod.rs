@@ -12,6 +12,7 @@
 //! heartbeat intervals of silence; their tasks go back to the front of the
 //! queue (at most `max_attempts` dispatches per task).
 
+mod grade;
 pub mod state;
 
 use std::collections::BTreeMap;
@@ -337,6 +338,15 @@ impl Solver for SolverService {
             Some(Err(status)) => Err(status),
             None => Err(ServerError::ShuttingDown.into()),
         }
+    }
+
+    type GradeStream = grade::GradeStream;
+
+    async fn grade(
+        &self,
+        request: Request<v1::GradeRequest>,
+    ) -> Result<Response<grade::GradeStream>, Status> {
+        grade::grade(self, request).await
     }
 
     type SolveBatchStream = ResultStream;
