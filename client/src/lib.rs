@@ -5,7 +5,11 @@
 //! - [`bench`]: the measurements behind `colball bench`.
 //! - [`remote`]: the typed client for a colball cluster, behind
 //!   `colball solve --connect URL`.
+//! - [`grade`]: `colball grade`, answers judged against the optimum;
+//! - [`progress`]: the progress bar on standard error.
 
 pub mod bench;
+pub mod grade;
 pub mod local;
+pub mod progress;
 pub mod remote;
