@@ -485,3 +485,59 @@ fn connect_to_nothing_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("cannot connect to http://127.0.0.1:1"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_puzzle_gets_an_error_verdict_not_a_broken_stream() {
+    use colball_proto::v1::{self, solver_client::SolverClient};
+    use tokio_stream::StreamExt;
+    let cluster = LocalCluster::start(Config::default(), 1, 1).await.unwrap();
+    let mut client = SolverClient::connect(cluster.url()).await.unwrap();
+    let puzzle = |id: &str, target: &str| v1::Puzzle {
+        id: id.into(),
+        start: vec!["RB".into(), "GR".into()],
+        target: vec!["RB".into(), target.into()],
+    };
+    let request = v1::GradeRequest {
+        cases: vec![
+            v1::GradeCase {
+                puzzle: Some(puzzle("bad", "GX")),
+                answer: Some(v1::Answer {
+                    moves: Some(1),
+                    ..Default::default()
+                }),
+            },
+            v1::GradeCase {
+                puzzle: Some(puzzle("same", "GR")),
+                answer: Some(v1::Answer {
+                    moves: Some(0),
+                    solution: Some(String::new()),
+                    ..Default::default()
+                }),
+            },
+            v1::GradeCase {
+                puzzle: Some(puzzle("none", "GR")),
+                answer: None,
+            },
+        ],
+    };
+    let mut stream = client.grade(request).await.unwrap().into_inner();
+    let mut results = Vec::new();
+    while let Some(r) = stream.next().await {
+        results.push(r.unwrap());
+    }
+    results.sort_by_key(|r| r.index);
+    assert_eq!(results.len(), 3);
+    assert_eq!(results[0].verdict, v1::Verdict::Error as i32);
+    assert_eq!(results[0].expected, None);
+    assert_eq!(results[0].given, Some(1));
+    assert!(
+        results[0].detail.contains("\"bad\"") && results[0].detail.contains("target"),
+        "{}",
+        results[0].detail
+    );
+    assert_eq!(results[1].id, "same");
+    assert_eq!(results[1].verdict, v1::Verdict::Correct as i32);
+    assert_eq!(results[1].expected, Some(0));
+    assert_eq!(results[2].verdict, v1::Verdict::Missing as i32);
+    cluster.shutdown().await;
+}
