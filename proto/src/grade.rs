@@ -119,6 +119,9 @@ mod tests {
             given: Some(8),
             detail: "d".into(),
         };
-        assert_eq!(graded_from_wire(&graded_to_wire(3, "x".into(), &g)), Some(g));
+        assert_eq!(
+            graded_from_wire(&graded_to_wire(3, "x".into(), &g)),
+            Some(g)
+        );
     }
 }
