@@ -166,3 +166,97 @@ fn verdict(info: &CaseInfo, outcome: Option<puzzle_result::Outcome>) -> Graded {
         (None, _) => Graded::error(info.answer.as_ref(), "the cluster sent no outcome"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coordinator::{BatchGuard, Config, Shared};
+    use colball_proto::grade::verdict_from_wire;
+    use colball_solver::grade::Verdict;
+    use tokio_util::sync::CancellationToken;
+
+    fn info(id: &str, answer: Option<GivenAnswer>) -> CaseInfo {
+        let wire = v1::Puzzle {
+            id: id.into(),
+            start: vec!["RB".into(), "GR".into()],
+            target: vec!["RB".into(), "GR".into()],
+        };
+        CaseInfo {
+            id: id.into(),
+            puzzle: puzzle_from_wire(&wire).ok(),
+            answer,
+        }
+    }
+
+    fn solved(index: u64, id: &str, moves: i64) -> v1::PuzzleResult {
+        v1::PuzzleResult {
+            id: id.into(),
+            index,
+            outcome: Some(puzzle_result::Outcome::Solved(v1::Solved {
+                moves,
+                ..Default::default()
+            })),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_batch_ends_with_error_verdicts_for_the_undecided_cases() {
+        let shared = Shared::new(Config::default(), CancellationToken::new());
+        let (batch_tx, batch_rx) = mpsc::channel(8);
+        let admitted = Admitted {
+            ready: vec![solved(0, "a", 0)],
+            rx: batch_rx,
+            total: 4,
+            guard: BatchGuard {
+                shared,
+                batch: None,
+            },
+        };
+        let infos = vec![
+            info("a", Some(GivenAnswer::count(0))),
+            info("b", Some(GivenAnswer::count(3))),
+            info("c", Some(GivenAnswer::count(2))),
+            info("d", None),
+        ];
+        batch_tx.send(Ok(solved(1, "b", 0))).await.unwrap();
+        batch_tx
+            .send(Ok(v1::PuzzleResult::failed(
+                "c".into(),
+                2,
+                "worker gave up".into(),
+            )))
+            .await
+            .unwrap();
+        batch_tx
+            .send(Err(Status::unavailable("no workers left")))
+            .await
+            .unwrap();
+        let (tx, mut rx) = mpsc::channel(8);
+        judge(admitted, infos, None, tx).await;
+        let mut results = Vec::new();
+        while let Some(r) = rx.recv().await {
+            results.push(r.unwrap());
+        }
+        let got: Vec<(u64, &str, Option<Verdict>)> = results
+            .iter()
+            .map(|r| (r.index, r.id.as_str(), verdict_from_wire(r.verdict)))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, "a", Some(Verdict::Correct)),
+                (1, "b", Some(Verdict::WrongAnswer)),
+                (2, "c", Some(Verdict::Error)),
+                (3, "d", Some(Verdict::Error)),
+            ]
+        );
+        assert_eq!(results[2].detail, "worker gave up");
+        assert_eq!(results[2].given, Some(2));
+        assert!(
+            results[3].detail.contains("no workers left"),
+            "{}",
+            results[3].detail
+        );
+        assert_eq!(results[3].expected, None);
+    }
+}
