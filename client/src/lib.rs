@@ -5,9 +5,13 @@
 //! - [`bench`]: the measurements behind `colball bench`.
 //! - [`remote`]: the typed client for a colball cluster, behind
 //!   `colball solve --connect URL`;
-//! - [`watch`]: `colball watch`, a cluster's events as lines.
+//! - [`watch`]: `colball watch`, a cluster's events as lines;
+//! - [`grade`]: `colball grade`, answers judged against the optimum;
+//! - [`progress`]: the progress bar on standard error.
 
 pub mod bench;
+pub mod grade;
 pub mod local;
+pub mod progress;
 pub mod remote;
 pub mod watch;

@@ -22,6 +22,10 @@ use std::sync::Arc;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// No progress bar or other chatter on standard error; errors still go
+    /// there.
+    #[arg(long, short = 'q', global = true)]
+    quiet: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -35,6 +39,35 @@ enum Command {
     /// Print a cluster's events live: batches, results, workers joining,
     /// leaving and lost. One line per event.
     Watch(WatchArgs),
+    /// Grade answers against the optimal ones: one verdict per case and a
+    /// score. Exit status 0 whatever the verdicts, 1 for unusable input.
+    Grade(GradeArgs),
+}
+
+#[derive(Args, Debug)]
+struct GradeArgs {
+    /// Puzzle file (classic or JSON Lines); `-` reads standard input.
+    puzzles: PathBuf,
+    /// Answers file: classic output (`6`, or `6 r22 c33 ...` as `solve
+    /// --moves` prints it) or JSON Lines with `moves` and/or `solution`.
+    answers: PathBuf,
+    /// Report format: a line per case for people, or JSON Lines.
+    #[arg(long, value_enum, default_value_t = GradeFormat::Text)]
+    format: GradeFormat,
+    /// Solver threads (default: all cores).
+    #[arg(long, short = 'j', value_parser = clap::value_parser!(u16).range(1..))]
+    threads: Option<u16>,
+    #[command(flatten)]
+    engine: EngineArgs,
+    /// Find the optimal answers on a colball cluster at this URL.
+    #[arg(long, env = colball_client::remote::CONNECT_ENV, value_name = "URL")]
+    connect: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum GradeFormat {
+    Text,
+    Jsonl,
 }
 
 #[derive(Args, Debug)]
@@ -178,7 +211,8 @@ struct BenchArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Solve(args) => solve(args),
+        Command::Solve(args) => solve(args, cli.quiet),
+        Command::Grade(args) => grade(args, cli.quiet),
         Command::Gen(args) => generate(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => run_bench(args).map(|()| ExitCode::SUCCESS),
         Command::Watch(args) => run_watch(args).map(|()| ExitCode::SUCCESS),
@@ -246,7 +280,47 @@ enum Entry {
     Error(jsonl::LineError),
 }
 
-fn solve(args: SolveArgs) -> Result<ExitCode> {
+fn grade(args: GradeArgs, quiet: bool) -> Result<ExitCode> {
+    use colball_client::grade::{self, Backend, GradeError, ReportFormat};
+    if args.puzzles.as_os_str() == "-" && args.answers.as_os_str() == "-" {
+        eprintln!("colball: only one of PUZZLES and ANSWERS can be standard input (-)");
+        return Ok(ExitCode::from(2));
+    }
+    let (puzzles, name) = read_input(Some(&args.puzzles))?;
+    let (answers, _) = read_input(Some(&args.answers))?;
+    let backend = match args.connect {
+        Some(url) => Backend::Remote { url },
+        None => {
+            let threads = args
+                .threads
+                .map_or_else(local::default_threads, usize::from);
+            Backend::Local {
+                threads,
+                engine: args.engine.engine(threads),
+            }
+        }
+    };
+    let format = match args.format {
+        GradeFormat::Text => ReportFormat::Text,
+        GradeFormat::Jsonl => ReportFormat::Jsonl,
+    };
+    let cases = match grade::load(&puzzles, &name, &answers) {
+        Ok(cases) => cases,
+        Err(GradeError::Input(message)) => {
+            eprintln!("colball: {message}");
+            return Ok(ExitCode::FAILURE);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mut out = BufWriter::new(io::stdout().lock());
+    match grade::run(&cases, &backend, format, quiet, &mut out) {
+        Ok(_) => Ok(ExitCode::SUCCESS),
+        Err(GradeError::Output(e)) => Err(e.into()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn solve(args: SolveArgs, quiet: bool) -> Result<ExitCode> {
     let (bytes, name) = read_input(args.input.as_ref())?;
     let format = match args.format {
         InputFormat::Auto => Format::detect(&bytes),
@@ -291,6 +365,7 @@ fn solve(args: SolveArgs) -> Result<ExitCode> {
         .map_or_else(local::default_threads, usize::from);
 
     let mut out = BufWriter::new(io::stdout().lock());
+    let progress = colball_client::progress::Progress::new(puzzles.len(), quiet, "solving");
     let mut errors = 0usize;
     let mut entries = entries.into_iter().peekable();
     // Writes the error entries that come before the next puzzle.
@@ -301,7 +376,7 @@ fn solve(args: SolveArgs) -> Result<ExitCode> {
                     unreachable!()
                 };
                 errors += 1;
-                eprintln!("colball: {name}:{}: {}", e.line, e.message);
+                progress.eprintln(&format!("colball: {name}:{}: {}", e.line, e.message));
                 match output {
                     OutputFormat::Classic => writeln!(out, "error")?,
                     OutputFormat::Jsonl => {
@@ -316,6 +391,7 @@ fn solve(args: SolveArgs) -> Result<ExitCode> {
                     elapsed: std::time::Duration|
      -> io::Result<()> {
         flush_errors(&mut out, &mut entries)?;
+        progress.inc();
         let Some(Entry::Puzzle { id }) = entries.next() else {
             unreachable!("one entry per puzzle")
         };

@@ -8,9 +8,11 @@
 
 use std::time::Duration;
 
+use colball_proto::grade::{answer_to_wire, graded_from_wire};
 use colball_proto::puzzle_to_wire;
 use colball_proto::v1::solver_client::SolverClient;
 use colball_proto::v1::{self, puzzle_result};
+use colball_solver::grade::{GivenAnswer, Graded};
 use colball_solver::{Puzzle, Solution, parse_moves};
 use thiserror::Error;
 use tokio_stream::{Stream, StreamExt};
@@ -204,6 +206,109 @@ impl Client {
         };
         Ok(self.inner.watch(request).await?.into_inner())
     }
+}
+
+/// One verdict from the cluster's Grade RPC.
+#[derive(Clone, Debug)]
+pub struct RemoteGraded {
+    /// Position of the case in its request.
+    pub index: usize,
+    pub id: String,
+    pub graded: Graded,
+}
+
+impl Client {
+    /// Grades a batch: each case is a puzzle with its id and the
+    /// contestant's answer, if any. Verdicts arrive as the cluster decides
+    /// them, not in input order; the stream ends after the last.
+    pub async fn grade_stream(
+        &mut self,
+        cases: &[(String, Puzzle, Option<GivenAnswer>)],
+    ) -> Result<impl Stream<Item = Result<RemoteGraded, ClientError>> + use<>, ClientError> {
+        let request = v1::GradeRequest {
+            cases: cases
+                .iter()
+                .map(|(id, puzzle, answer)| v1::GradeCase {
+                    puzzle: Some(puzzle_to_wire(id.clone(), puzzle)),
+                    answer: answer.as_ref().map(answer_to_wire),
+                })
+                .collect(),
+        };
+        let total = cases.len();
+        let stream = self.inner.grade(request).await?.into_inner();
+        Ok(stream.map(move |item| {
+            let result = item?;
+            let index = result.index as usize;
+            if index >= total {
+                return Err(ClientError::Protocol(format!(
+                    "verdict index {index} out of range"
+                )));
+            }
+            let graded = graded_from_wire(&result).ok_or_else(|| {
+                ClientError::Protocol(format!(
+                    "verdict for case {} has unknown kind {}",
+                    index + 1,
+                    result.verdict
+                ))
+            })?;
+            Ok(RemoteGraded {
+                index,
+                id: result.id,
+                graded,
+            })
+        }))
+    }
+}
+
+/// Grades `cases` on the cluster at `url`, calling `on_result` once per case
+/// in input order (the cluster's verdicts are put back in order). Blocks the
+/// calling thread. Stops at the first failure.
+pub fn grade_in_order<E>(
+    url: &str,
+    cases: &[(String, Puzzle, Option<GivenAnswer>)],
+    mut on_result: impl FnMut(RemoteGraded) -> Result<(), E>,
+) -> Result<(), SolveError<E>> {
+    let runtime = runtime()?;
+    runtime.block_on(async {
+        let mut client = Client::connect(url).await?;
+        for (chunk_no, chunk) in cases.chunks(REQUEST_CHUNK).enumerate() {
+            let base = chunk_no * REQUEST_CHUNK;
+            let mut stream = client.grade_stream(chunk).await?;
+            let mut held = std::collections::BTreeMap::new();
+            let mut next = 0;
+            while let Some(item) = stream.next().await {
+                let graded = item?;
+                if graded.index < next || held.contains_key(&graded.index) {
+                    return Err(ClientError::Protocol(format!(
+                        "two verdicts for case {}",
+                        base + graded.index + 1
+                    ))
+                    .into());
+                }
+                held.insert(graded.index, graded);
+                while let Some(mut graded) = held.remove(&next) {
+                    next += 1;
+                    graded.index += base;
+                    on_result(graded).map_err(SolveError::Output)?;
+                }
+            }
+            if next != chunk.len() {
+                return Err(ClientError::Protocol(format!(
+                    "the stream ended after {next} of {} verdicts",
+                    chunk.len()
+                ))
+                .into());
+            }
+        }
+        Ok(())
+    })
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, ClientError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ClientError::Protocol(format!("cannot start the async runtime: {e}")))
 }
 
 /// Turns a wire result into solver types, checking it against the puzzle.

@@ -7,6 +7,8 @@
 //! solver types: a missing or malformed field is an [`InvalidPuzzle`] that
 //! names the puzzle id and the field, never a panic.
 
+pub mod grade;
+
 use colball_solver::board::BoardError;
 use colball_solver::{Board, Puzzle};
 use thiserror::Error;

@@ -4,7 +4,8 @@
 //! - [`moves`]: the two moves, their notation and packed application;
 //! - [`search`]: exact searches returning an optimal move sequence;
 //! - [`format`]: the classic contest format and JSON Lines;
-//! - [`generate`]: reproducible random puzzles.
+//! - [`generate`]: reproducible random puzzles;
+//! - [`grade`]: verdicts on contestants' answers.
 //!
 //! This crate has no async runtime, no networking and no CLI: the `colball`
 //! command, the workers and the tests all build on it.
@@ -14,6 +15,7 @@ pub mod cache;
 pub mod engine;
 pub mod format;
 pub mod generate;
+pub mod grade;
 pub mod moves;
 pub mod rank;
 pub mod search;

@@ -13,6 +13,7 @@
 //! queue (at most `max_attempts` dispatches per task).
 
 pub mod events;
+mod grade;
 pub mod state;
 
 use std::collections::BTreeMap;
@@ -443,6 +444,15 @@ impl Solver for SolverService {
             Err(status) => admitted.events.finish(status.message()),
         }
         result.map(Response::new)
+    }
+
+    type GradeStream = grade::GradeStream;
+
+    async fn grade(
+        &self,
+        request: Request<v1::GradeRequest>,
+    ) -> Result<Response<grade::GradeStream>, Status> {
+        grade::grade(self, request).await
     }
 
     type SolveBatchStream = ResultStream;

@@ -1,0 +1,267 @@
+//! The Grade RPC: contestants' answers judged against the optimal ones.
+//!
+//! The puzzles go through [`SolverService::admit`], like a `SolveBatch`:
+//! answered from the result cache where possible, otherwise solved by the
+//! workers (and then cached), so grading many contestants on one puzzle set
+//! solves each puzzle once. Each case is judged with
+//! [`colball_solver::grade::grade_case`] as soon as its optimum is known,
+//! and its verdict streamed at once (not in input order).
+//!
+//! A puzzle that is malformed, or that the cluster gives up on, gets a
+//! `VERDICT_ERROR` result naming why. When the whole batch fails (no worker
+//! left, the deadline passed, shutdown), every case not yet decided gets an
+//! error verdict with that reason, and the stream ends normally.
+
+use std::pin::Pin;
+
+use colball_proto::grade::{answer_from_wire, graded_to_wire};
+use colball_proto::puzzle_from_wire;
+use colball_proto::v1::{self, puzzle_result};
+use colball_solver::Puzzle;
+use colball_solver::grade::{GivenAnswer, Graded, grade_case};
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use super::{Admitted, SolverService, grpc_timeout};
+use crate::error::ServerError;
+
+/// The stream of a Grade call.
+pub(super) type GradeStream = Pin<Box<dyn Stream<Item = Result<v1::GradeResult, Status>> + Send>>;
+
+/// What the verdict of one case needs besides the optimum.
+struct CaseInfo {
+    id: String,
+    puzzle: Option<Puzzle>,
+    answer: Option<GivenAnswer>,
+}
+
+/// Serves one Grade call (see the module documentation).
+pub(super) async fn grade(
+    service: &SolverService,
+    request: Request<v1::GradeRequest>,
+) -> Result<Response<GradeStream>, Status> {
+    let deadline = grpc_timeout(request.metadata()).map(|t| tokio::time::Instant::now() + t);
+    let cases = request.into_inner().cases;
+    let mut puzzles = Vec::with_capacity(cases.len());
+    let mut infos = Vec::with_capacity(cases.len());
+    for case in cases {
+        // A case without a puzzle reads as one with no rows: admit turns it
+        // into an error result naming the missing field.
+        let wire = case.puzzle.unwrap_or_default();
+        infos.push(CaseInfo {
+            id: wire.id.clone(),
+            puzzle: puzzle_from_wire(&wire).ok(),
+            answer: case.answer.as_ref().map(answer_from_wire),
+        });
+        puzzles.push(wire);
+    }
+    let admitted = service.admit(puzzles, "grade").await?;
+    tracing::debug!(
+        cases = admitted.total,
+        ready = admitted.ready.len(),
+        "grading admitted"
+    );
+    let (tx, rx) = mpsc::channel(256);
+    tokio::spawn(judge(admitted, infos, deadline, tx));
+    Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+}
+
+/// Judges each case as its optimum arrives and streams the verdict. Ends
+/// (cancelling the remaining work through the guard) when every case is
+/// decided or the client goes away.
+async fn judge(
+    admitted: Admitted,
+    infos: Vec<CaseInfo>,
+    deadline: Option<tokio::time::Instant>,
+    tx: mpsc::Sender<Result<v1::GradeResult, Status>>,
+) {
+    let Admitted {
+        ready,
+        mut rx,
+        total,
+        guard,
+        mut events,
+    } = admitted;
+    let mut decided = vec![false; total];
+    let mut sent = 0usize;
+    let expire = async {
+        match deadline {
+            Some(d) => tokio::time::sleep_until(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(expire);
+    let mut ready = ready.into_iter();
+    let failure = loop {
+        if sent == total {
+            break None;
+        }
+        let result = match ready.next() {
+            Some(result) => result,
+            None => tokio::select! {
+                event = rx.recv() => match event {
+                    Some(Ok(result)) => result,
+                    Some(Err(status)) => break Some(status.message().to_string()),
+                    None => break Some(ServerError::ShuttingDown.to_string()),
+                },
+                () = tx.closed() => {
+                    tracing::debug!("grading client went away; cancelling its batch");
+                    return;
+                }
+                () = &mut expire => break Some(ServerError::DeadlineExceeded.to_string()),
+            },
+        };
+        let index = result.index as usize;
+        events.result(&result);
+        let Some(info) = infos.get(index).filter(|_| !decided[index]) else {
+            tracing::warn!(index, "grading: unexpected or repeated result; ignored");
+            continue;
+        };
+        decided[index] = true;
+        sent += 1;
+        let graded = verdict(info, result.outcome);
+        if tx
+            .send(Ok(graded_to_wire(result.index, result.id, &graded)))
+            .await
+            .is_err()
+        {
+            return;
+        }
+    };
+    events.finish(failure.as_deref().unwrap_or("complete"));
+    if let Some(reason) = failure {
+        tracing::warn!(%reason, undecided = total - sent, "grading batch failed");
+        for (index, info) in infos.iter().enumerate() {
+            if decided[index] {
+                continue;
+            }
+            let graded = Graded::error(
+                info.answer.as_ref(),
+                format!("the cluster could not solve this puzzle: {reason}"),
+            );
+            if tx
+                .send(Ok(graded_to_wire(index as u64, info.id.clone(), &graded)))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+    drop(guard);
+}
+
+/// The verdict on one case, given the cluster's outcome for its puzzle.
+fn verdict(info: &CaseInfo, outcome: Option<puzzle_result::Outcome>) -> Graded {
+    match (outcome, &info.puzzle) {
+        (Some(puzzle_result::Outcome::Solved(s)), Some(puzzle)) => {
+            grade_case(puzzle, s.moves, info.answer.as_ref())
+        }
+        (Some(puzzle_result::Outcome::Error(e)), _) => {
+            Graded::error(info.answer.as_ref(), e.message)
+        }
+        (Some(puzzle_result::Outcome::Solved(_)), None) => Graded::error(
+            info.answer.as_ref(),
+            "the puzzle is malformed but was answered",
+        ),
+        (None, _) => Graded::error(info.answer.as_ref(), "the cluster sent no outcome"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coordinator::events::BatchEvents;
+    use crate::coordinator::{BatchGuard, Config, Shared};
+    use colball_proto::grade::verdict_from_wire;
+    use colball_solver::grade::Verdict;
+    use tokio_util::sync::CancellationToken;
+
+    fn info(id: &str, answer: Option<GivenAnswer>) -> CaseInfo {
+        let wire = v1::Puzzle {
+            id: id.into(),
+            start: vec!["RB".into(), "GR".into()],
+            target: vec!["RB".into(), "GR".into()],
+        };
+        CaseInfo {
+            id: id.into(),
+            puzzle: puzzle_from_wire(&wire).ok(),
+            answer,
+        }
+    }
+
+    fn solved(index: u64, id: &str, moves: i64) -> v1::PuzzleResult {
+        v1::PuzzleResult {
+            id: id.into(),
+            index,
+            outcome: Some(puzzle_result::Outcome::Solved(v1::Solved {
+                moves,
+                ..Default::default()
+            })),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_batch_ends_with_error_verdicts_for_the_undecided_cases() {
+        let shared = Shared::new(Config::default(), CancellationToken::new());
+        let (batch_tx, batch_rx) = mpsc::channel(8);
+        let admitted = Admitted {
+            ready: vec![solved(0, "a", 0)],
+            rx: batch_rx,
+            total: 4,
+            events: BatchEvents::accept(shared.events.clone(), 4, "grade"),
+            guard: BatchGuard {
+                shared,
+                batch: None,
+            },
+        };
+        let infos = vec![
+            info("a", Some(GivenAnswer::count(0))),
+            info("b", Some(GivenAnswer::count(3))),
+            info("c", Some(GivenAnswer::count(2))),
+            info("d", None),
+        ];
+        batch_tx.send(Ok(solved(1, "b", 0))).await.unwrap();
+        batch_tx
+            .send(Ok(v1::PuzzleResult::failed(
+                "c".into(),
+                2,
+                "worker gave up".into(),
+            )))
+            .await
+            .unwrap();
+        batch_tx
+            .send(Err(Status::unavailable("no workers left")))
+            .await
+            .unwrap();
+        let (tx, mut rx) = mpsc::channel(8);
+        judge(admitted, infos, None, tx).await;
+        let mut results = Vec::new();
+        while let Some(r) = rx.recv().await {
+            results.push(r.unwrap());
+        }
+        let got: Vec<(u64, &str, Option<Verdict>)> = results
+            .iter()
+            .map(|r| (r.index, r.id.as_str(), verdict_from_wire(r.verdict)))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, "a", Some(Verdict::Correct)),
+                (1, "b", Some(Verdict::WrongAnswer)),
+                (2, "c", Some(Verdict::Error)),
+                (3, "d", Some(Verdict::Error)),
+            ]
+        );
+        assert_eq!(results[2].detail, "worker gave up");
+        assert_eq!(results[2].given, Some(2));
+        assert!(
+            results[3].detail.contains("no workers left"),
+            "{}",
+            results[3].detail
+        );
+        assert_eq!(results[3].expected, None);
+    }
+}
