@@ -337,7 +337,7 @@ async fn grpc_health_follows_workers_and_reflection_lists_every_service() {
         .unwrap()
         .unwrap()
         .unwrap();
-    assert_eq!(next.status(), ServingStatus::Serving);
+    assert_eq!(next.status(), ServingStatus::Serving, "the next status");
     let workers = health.check(check("colball.v1.Workers")).await.unwrap();
     assert_eq!(workers.into_inner().status(), ServingStatus::Serving);
     let unknown = health.check(check("nope.v1.Nothing")).await.unwrap_err();

@@ -190,6 +190,7 @@ pub async fn serve(
         }
     };
     let (health, health_service) = tonic_health::server::health_reporter();
+    health_initial(&health).await;
     let health_task = tokio::spawn(report_health(shared.clone(), health));
     let (reflection_v1, reflection_v1alpha) = reflection();
     let server = tonic::transport::Server::builder()
@@ -250,21 +251,41 @@ fn reflection() -> (
     )
 }
 
+fn service_names() -> (&'static str, &'static str) {
+    (
+        <SolverServer<SolverService> as tonic::server::NamedService>::NAME,
+        <WorkersServer<WorkersService> as tonic::server::NamedService>::NAME,
+    )
+}
+
+/// The statuses before the first worker: set before serving, so no early
+/// health check finds a service unknown.
+async fn health_initial(health: &tonic_health::server::HealthReporter) {
+    use tonic_health::ServingStatus::{NotServing, Serving};
+    let (solver, workers) = service_names();
+    health.set_service_status(workers, Serving).await;
+    health.set_service_status(solver, NotServing).await;
+}
+
 /// Keeps `grpc.health.v1` in step with the cluster: the server (service
 /// `""`) and `colball.v1.Workers` serve while the coordinator runs;
 /// `colball.v1.Solver` serves only while at least one worker is connected
 /// (like `/readyz`). Everything turns NOT_SERVING at shutdown.
-async fn report_health(shared: Arc<Shared>, health: tonic_health::server::HealthReporter) {
+async fn report_health(shared: Arc<Shared>, mut health: tonic_health::server::HealthReporter) {
     use tonic_health::ServingStatus::{NotServing, Serving};
-    let solver = <SolverServer<SolverService> as tonic::server::NamedService>::NAME;
-    let workers = <WorkersServer<WorkersService> as tonic::server::NamedService>::NAME;
-    health.set_service_status(workers, Serving).await;
+    let (solver, workers) = service_names();
     let mut count = shared.workers.subscribe();
+    let mut last = None;
     loop {
         let ready = *count.borrow_and_update() > 0 && !shared.shutdown.is_cancelled();
-        health
-            .set_service_status(solver, if ready { Serving } else { NotServing })
-            .await;
+        // The count is republished on every housekeeping tick; health
+        // watchers hear only real changes.
+        if last != Some(ready) {
+            last = Some(ready);
+            health
+                .set_service_status(solver, if ready { Serving } else { NotServing })
+                .await;
+        }
         tokio::select! {
             changed = count.changed() => if changed.is_err() { break },
             () = shared.shutdown.cancelled() => break,
@@ -272,6 +293,11 @@ async fn report_health(shared: Arc<Shared>, health: tonic_health::server::Health
     }
     for service in ["", solver, workers] {
         health.set_service_status(service, NotServing).await;
+    }
+    // Dropping the statuses ends every health Watch stream, so health
+    // watchers do not hold the shutdown up until the drain timeout.
+    for service in ["", solver, workers] {
+        health.clear_service_status(service).await;
     }
 }
 
