@@ -12,6 +12,7 @@
 //! heartbeat intervals of silence; their tasks go back to the front of the
 //! queue (at most `max_attempts` dispatches per task).
 
+pub mod per_client;
 pub mod state;
 
 use std::collections::BTreeMap;
@@ -22,16 +23,19 @@ use std::time::{Duration, Instant};
 use colball_proto::v1::solver_server::{Solver, SolverServer};
 use colball_proto::v1::workers_server::{Workers, WorkersServer};
 use colball_proto::v1::{self, coordinator_message, puzzle_result, worker_message};
-use colball_proto::{PROTOCOL_VERSION, puzzle_from_wire};
+use colball_proto::{MAX_MESSAGE_BYTES, PROTOCOL_VERSION, Secret, batch_from_wire, puzzle_from_wire};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::Stream;
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tokio_util::sync::CancellationToken;
+use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::auth::{self, Role};
 use crate::cache::ResultCache;
 use crate::error::ServerError;
+use per_client::{PerClient, Slot};
 use state::{BatchEvent, Limits, NewTask, Snapshot, State};
 
 /// Coordinator settings. `Config::default()` suits one machine.
@@ -59,6 +63,15 @@ pub struct Config {
     pub cache_capacity: usize,
     /// Time for in-flight requests to finish after shutdown begins.
     pub drain_timeout: Duration,
+    /// Most requests (batches or single puzzles) in flight per client IP
+    /// (0: no limit); see [`per_client`].
+    pub max_batches_per_client: usize,
+    /// The token clients must send (`Solver`); `None`: anyone may call.
+    pub client_token: Option<Secret>,
+    /// The token workers must send (`Workers`); `None`: anyone may join.
+    pub worker_token: Option<Secret>,
+    /// TLS for the gRPC port; `None`: plaintext.
+    pub tls: Option<tonic::transport::ServerTlsConfig>,
 }
 
 impl Default for Config {
@@ -74,6 +87,10 @@ impl Default for Config {
             worker_grace: Duration::from_secs(10),
             cache_capacity: 1_000_000,
             drain_timeout: Duration::from_secs(10),
+            max_batches_per_client: 64,
+            client_token: None,
+            worker_token: None,
+            tls: None,
         }
     }
 }
@@ -84,6 +101,7 @@ pub struct Shared {
     config: Config,
     state: Mutex<State>,
     cache: ResultCache,
+    per_client: Arc<PerClient>,
     workers: watch::Sender<usize>,
     shutdown: CancellationToken,
 }
@@ -99,6 +117,7 @@ impl Shared {
         Arc::new(Shared {
             state: Mutex::new(State::new(limits, Instant::now())),
             cache: ResultCache::new(config.cache_capacity),
+            per_client: PerClient::new(config.max_batches_per_client),
             workers: watch::channel(0).0,
             config,
             shutdown,
@@ -160,15 +179,27 @@ pub async fn serve(
             shared.publish_workers(0);
         }
     };
-    let server = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = shared.config.tls.clone() {
+        builder = builder.tls_config(tls)?;
+    }
+    let client_auth = auth::check(shared.config.client_token.clone(), Role::Client);
+    let worker_auth = auth::check(shared.config.worker_token.clone(), Role::Worker);
+    let solver = SolverServer::new(SolverService {
+        shared: shared.clone(),
+    })
+    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let workers = WorkersServer::new(WorkersService {
+        shared: shared.clone(),
+    })
+    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let server = builder
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
-        .add_service(SolverServer::new(SolverService {
-            shared: shared.clone(),
-        }))
-        .add_service(WorkersServer::new(WorkersService {
-            shared: shared.clone(),
-        }))
+        .add_service(InterceptedService::new(solver, client_auth))
+        .add_service(InterceptedService::new(workers, worker_auth))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), closer);
     tokio::pin!(server);
     let result = tokio::select! {
@@ -236,10 +267,16 @@ struct Admitted {
     rx: mpsc::Receiver<BatchEvent>,
     total: usize,
     guard: BatchGuard,
+    /// The request's place among its client's requests in flight.
+    slot: Slot,
 }
 
 impl SolverService {
-    async fn admit(&self, puzzles: Vec<v1::Puzzle>) -> Result<Admitted, ServerError> {
+    async fn admit(
+        &self,
+        puzzles: Vec<v1::Puzzle>,
+        peer: Option<std::net::IpAddr>,
+    ) -> Result<Admitted, ServerError> {
         let shared = &self.shared;
         if shared.shutdown.is_cancelled() {
             return Err(ServerError::ShuttingDown);
@@ -250,12 +287,14 @@ impl SolverService {
                 limit: shared.config.max_batch,
             });
         }
+        let slot = shared.per_client.acquire(peer)?;
         let total = puzzles.len();
+        let parsed = batch_from_wire(&puzzles)?;
         let mut ready = Vec::new();
         let mut tasks = Vec::new();
-        for (index, wire) in puzzles.into_iter().enumerate() {
+        for (index, (wire, parsed)) in puzzles.into_iter().zip(parsed).enumerate() {
             let index = index as u64;
-            match puzzle_from_wire(&wire) {
+            match parsed {
                 Err(e) => ready.push(v1::PuzzleResult::invalid(index, &e)),
                 Ok(puzzle) => match shared.cache.get(&puzzle) {
                     Some(a) => ready.push(v1::PuzzleResult {
@@ -295,6 +334,7 @@ impl SolverService {
                 shared: shared.clone(),
                 batch,
             },
+            slot,
         })
     }
 
@@ -321,6 +361,7 @@ impl Solver for SolverService {
     ) -> Result<Response<v1::PuzzleResult>, Status> {
         // tonic drops this future when the deadline passes; the guard then
         // cancels the work.
+        let peer = request.remote_addr().map(|a| a.ip());
         let puzzle = request
             .into_inner()
             .puzzle
@@ -328,7 +369,7 @@ impl Solver for SolverService {
         if let Err(e) = puzzle_from_wire(&puzzle) {
             return Err(ServerError::from(e).into());
         }
-        let mut admitted = self.admit(vec![puzzle]).await?;
+        let mut admitted = self.admit(vec![puzzle], peer).await?;
         if let Some(result) = admitted.ready.pop() {
             return Ok(Response::new(result));
         }
@@ -346,8 +387,9 @@ impl Solver for SolverService {
         request: Request<v1::SolveBatchRequest>,
     ) -> Result<Response<ResultStream>, Status> {
         let deadline = grpc_timeout(request.metadata()).map(|t| tokio::time::Instant::now() + t);
+        let peer = request.remote_addr().map(|a| a.ip());
         let request = request.into_inner();
-        let admitted = self.admit(request.puzzles).await?;
+        let admitted = self.admit(request.puzzles, peer).await?;
         tracing::debug!(
             puzzles = admitted.total,
             ready = admitted.ready.len(),
@@ -373,6 +415,7 @@ async fn forward(
         mut rx,
         total,
         guard,
+        slot,
     } = admitted;
     let mut held = BTreeMap::new();
     let mut next = 0u64;
@@ -429,6 +472,7 @@ async fn forward(
         }
     }
     drop(guard);
+    drop(slot);
 }
 
 /// Reads the `grpc-timeout` header (`<digits><unit>`, unit one of H M S m u n).
