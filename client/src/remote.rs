@@ -59,7 +59,7 @@ pub enum ClientError {
     },
     #[error(transparent)]
     Tls(#[from] TlsError),
-    #[error("the cluster answered {}: {}", .0.code(), .0.message())]
+    #[error("{}", status_text(.0))]
     Status(#[from] tonic::Status),
     #[error("puzzle {id:?}: {message}")]
     Puzzle { id: String, message: String },
@@ -82,6 +82,24 @@ pub struct RemoteSolved {
     pub elapsed: Duration,
     /// Answered from the coordinator's cache.
     pub cached: bool,
+}
+
+/// A status for people: its code and message, and for a broken connection
+/// (which tonic reports as UNKNOWN "transport error", or CANCELLED) its
+/// cause and a hint.
+fn status_text(status: &tonic::Status) -> String {
+    let mut text = format!("the cluster answered {}: {}", status.code(), status.message());
+    // A status the coordinator sent has no source; one tonic made from a
+    // failed connection has.
+    if let Some(source) = std::error::Error::source(status) {
+        text = format!(
+            "the connection to the cluster failed ({}): {}: {} (check the URL; if the coordinator serves TLS, use an https:// URL and --ca)",
+            status.code(),
+            status.message(),
+            colball_proto::tls::error_chain(source)
+        );
+    }
+    text
 }
 
 /// A hint for a failed plaintext connection: the coordinator may serve TLS.
