@@ -73,7 +73,12 @@ struct SecurityArgs {
     )]
     token: Option<String>,
     /// Read the client token from a file (one final newline is dropped).
-    #[arg(long, value_name = "FILE", conflicts_with = "token", requires = "connect")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "token",
+        requires = "connect"
+    )]
     token_file: Option<PathBuf>,
     /// Trust this CA certificate (PEM) for an https:// --connect URL.
     #[arg(long, value_name = "FILE", requires = "connect")]
@@ -329,10 +334,10 @@ fn solve(args: SolveArgs) -> Result<ExitCode> {
         remote::solve_in_order(url, &security, &puzzles, |r| {
             emit(&r.solution, &r.strategy, r.elapsed)
         })
-            .map_err(|e| match e {
-                remote::SolveError::Output(e) => anyhow::Error::from(e),
-                remote::SolveError::Client(e) => anyhow::Error::from(e),
-            })?;
+        .map_err(|e| match e {
+            remote::SolveError::Output(e) => anyhow::Error::from(e),
+            remote::SolveError::Client(e) => anyhow::Error::from(e),
+        })?;
     } else {
         let engine = args.engine.engine(threads);
         local::solve_in_order(&puzzles, threads, &engine, |solved: Solved| {

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use colball_proto::auth::{Bearer, Secret};
 use colball_proto::tls::TlsError;
-use colball_proto::{MAX_MESSAGE_BYTES, puzzle_to_wire};
 use colball_proto::v1::solver_client::SolverClient;
 use colball_proto::v1::{self, puzzle_result};
+use colball_proto::{MAX_MESSAGE_BYTES, puzzle_to_wire};
 use colball_solver::{Puzzle, Solution, parse_moves};
 use thiserror::Error;
 use tokio_stream::{Stream, StreamExt};
@@ -88,7 +88,11 @@ pub struct RemoteSolved {
 /// (which tonic reports as UNKNOWN "transport error", or CANCELLED) its
 /// cause and a hint.
 fn status_text(status: &tonic::Status) -> String {
-    let mut text = format!("the cluster answered {}: {}", status.code(), status.message());
+    let mut text = format!(
+        "the cluster answered {}: {}",
+        status.code(),
+        status.message()
+    );
     // A status the coordinator sent has no source; one tonic made from a
     // failed connection has.
     if let Some(source) = std::error::Error::source(status) {
@@ -300,9 +304,9 @@ pub fn solve_in_order<E>(
 mod tests {
     use super::*;
     use colball_proto::MAX_ID_BYTES;
+    use colball_proto::prost::Message;
     use colball_solver::Size;
     use colball_solver::generate::Generator;
-    use colball_proto::prost::Message;
 
     #[test]
     fn a_request_chunk_of_the_largest_puzzles_fits_the_message_limit() {

@@ -119,9 +119,7 @@ impl Bearer {
 impl Interceptor for Bearer {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
         if let Some(header) = &self.header {
-            request
-                .metadata_mut()
-                .insert(AUTHORIZATION, header.clone());
+            request.metadata_mut().insert(AUTHORIZATION, header.clone());
         }
         Ok(request)
     }

@@ -73,11 +73,7 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<ServerTlsConfig, TlsErro
     tonic::transport::Server::builder()
         .tls_config(config.clone())
         .map_err(|e| TlsError::Invalid {
-            what: format!(
-                "certificate {} with key {}",
-                cert.display(),
-                key.display()
-            ),
+            what: format!("certificate {} with key {}", cert.display(), key.display()),
             reason: error_chain(&e),
         })?;
     Ok(config)

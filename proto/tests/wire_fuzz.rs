@@ -118,7 +118,10 @@ fn the_corpus_replays_as_expected() {
                 Err(e) => vec![e.to_string()],
                 Ok(r) => r
                     .iter()
-                    .map(|r| r.as_ref().map_or_else(|e| e.field.to_string(), |_| "ok".into()))
+                    .map(|r| {
+                        r.as_ref()
+                            .map_or_else(|e| e.field.to_string(), |_| "ok".into())
+                    })
                     .collect(),
             };
             let expected: &[&str] = match name.as_str() {
@@ -129,7 +132,9 @@ fn the_corpus_replays_as_expected() {
                 "batch-duplicate-ids.bin" => &["ok", "id", "ok", "ok"],
                 "batch-missing-target.bin" => &["target"],
                 "batch-long-id.bin" => &["id"],
-                "batch-empty.bin" => &["field puzzles: the batch is empty; send at least one puzzle"],
+                "batch-empty.bin" => {
+                    &["field puzzles: the batch is empty; send at least one puzzle"]
+                }
                 other => panic!("no expectation for corpus file {other}"),
             };
             assert_eq!(fields, expected, "{name}");
@@ -140,11 +145,26 @@ fn the_corpus_replays_as_expected() {
 /// One mutation of a corpus entry.
 #[derive(Clone, Debug)]
 enum Mutation {
-    Flip { at: usize, bit: u8 },
-    Set { at: usize, byte: u8 },
-    Truncate { at: usize },
-    Insert { at: usize, bytes: Vec<u8> },
-    Splice { other: usize, from: usize, at: usize },
+    Flip {
+        at: usize,
+        bit: u8,
+    },
+    Set {
+        at: usize,
+        byte: u8,
+    },
+    Truncate {
+        at: usize,
+    },
+    Insert {
+        at: usize,
+        bytes: Vec<u8>,
+    },
+    Splice {
+        other: usize,
+        from: usize,
+        at: usize,
+    },
 }
 
 fn mutation() -> impl Strategy<Value = Mutation> {

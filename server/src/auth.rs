@@ -157,8 +157,16 @@ mod tests {
             Role::Worker,
         );
         let e = c.call(with(Some("Bearer v"))).unwrap_err();
-        assert!(e.message().contains("worker token is wrong"), "{}", e.message());
+        assert!(
+            e.message().contains("worker token is wrong"),
+            "{}",
+            e.message()
+        );
         let e = c.call(with(None)).unwrap_err();
-        assert!(e.message().contains("COLBALL_WORKER_TOKEN"), "{}", e.message());
+        assert!(
+            e.message().contains("COLBALL_WORKER_TOKEN"),
+            "{}",
+            e.message()
+        );
     }
 }

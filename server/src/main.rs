@@ -9,8 +9,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use colball_server::telemetry::{self, LogFormat};
 use colball_proto::Secret;
+use colball_server::telemetry::{self, LogFormat};
 use colball_server::{coordinator, http, shutdown, worker};
 use tokio::net::TcpListener;
 
@@ -90,14 +90,24 @@ struct CoordinatorArgs {
     /// Require this token from clients (`colball solve --token`); calls
     /// without it get UNAUTHENTICATED. Off unless given. Prefer the file or
     /// the environment variable: command lines are visible to other users.
-    #[arg(long, env = "COLBALL_CLIENT_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    #[arg(
+        long,
+        env = "COLBALL_CLIENT_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
     client_token: Option<String>,
     /// Read the client token from a file (one final newline is dropped).
     #[arg(long, value_name = "FILE", conflicts_with = "client_token")]
     client_token_file: Option<PathBuf>,
     /// Require this token from workers (`colball-server worker --token`);
     /// without it a process cannot register as a worker. Off unless given.
-    #[arg(long, env = "COLBALL_WORKER_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    #[arg(
+        long,
+        env = "COLBALL_WORKER_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
     worker_token: Option<String>,
     /// Read the worker token from a file (one final newline is dropped).
     #[arg(long, value_name = "FILE", conflicts_with = "worker_token")]
@@ -116,7 +126,12 @@ struct CoordinatorArgs {
 struct WorkerSecurity {
     /// The coordinator's worker token (its --worker-token). A missing or
     /// wrong token is a final refusal: the worker exits non-zero.
-    #[arg(long, env = "COLBALL_WORKER_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    #[arg(
+        long,
+        env = "COLBALL_WORKER_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
     token: Option<String>,
     /// Read the worker token from a file (one final newline is dropped).
     #[arg(long, value_name = "FILE", conflicts_with = "token")]

@@ -16,9 +16,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use colball_proto::auth::{Bearer, Secret};
 use colball_proto::v1::workers_client::WorkersClient;
 use colball_proto::v1::{self, coordinator_message, task_result, worker_message};
-use colball_proto::auth::{Bearer, Secret};
 use colball_proto::{MAX_MESSAGE_BYTES, PROTOCOL_VERSION, puzzle_from_wire};
 use colball_solver::cache::CacheConfig;
 use colball_solver::{Engine, EngineConfig, Puzzle, Solution, Solver, Strategy};
@@ -343,26 +343,24 @@ async fn session(
     if out.try_send(register).is_err() {
         return SessionEnd::Retry("cannot queue register".into());
     }
-    let mut inbound = match WorkersClient::with_interceptor(
-        channel,
-        Bearer::new(config.token.as_ref()),
-    )
-    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-    .max_encoding_message_size(MAX_MESSAGE_BYTES)
-    .session(ReceiverStream::new(out_rx))
-    .await
-    {
-        Ok(r) => r.into_inner(),
-        Err(s)
-            if matches!(
-                s.code(),
-                Code::FailedPrecondition | Code::InvalidArgument | Code::Unauthenticated
-            ) =>
+    let mut inbound =
+        match WorkersClient::with_interceptor(channel, Bearer::new(config.token.as_ref()))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+            .session(ReceiverStream::new(out_rx))
+            .await
         {
-            return SessionEnd::Refused(s);
-        }
-        Err(s) => return SessionEnd::Retry(format!("session refused: {s}")),
-    };
+            Ok(r) => r.into_inner(),
+            Err(s)
+                if matches!(
+                    s.code(),
+                    Code::FailedPrecondition | Code::InvalidArgument | Code::Unauthenticated
+                ) =>
+            {
+                return SessionEnd::Refused(s);
+            }
+            Err(s) => return SessionEnd::Retry(format!("session refused: {s}")),
+        };
     tracing::info!(coordinator = %config.coordinator, slots = threads, "registered");
 
     let mut held: HashSet<u64> = HashSet::new();

@@ -148,17 +148,35 @@ fn the_corpus_replays_as_expected() {
 /// One mutation of a corpus entry.
 #[derive(Clone, Debug)]
 enum Mutation {
-    Flip { at: usize, bit: u8 },
-    Set { at: usize, byte: u8 },
-    Truncate { at: usize },
-    Insert { at: usize, bytes: Vec<u8> },
-    Splice { other: usize, from: usize, at: usize },
+    Flip {
+        at: usize,
+        bit: u8,
+    },
+    Set {
+        at: usize,
+        byte: u8,
+    },
+    Truncate {
+        at: usize,
+    },
+    Insert {
+        at: usize,
+        bytes: Vec<u8>,
+    },
+    Splice {
+        other: usize,
+        from: usize,
+        at: usize,
+    },
 }
 
 fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
         (any::<usize>(), 0u8..8).prop_map(|(at, bit)| Mutation::Flip { at, bit }),
-        (any::<usize>(), prop::sample::select(b"RGBX0123456789 \n\r{}[]\",:".to_vec()))
+        (
+            any::<usize>(),
+            prop::sample::select(b"RGBX0123456789 \n\r{}[]\",:".to_vec())
+        )
             .prop_map(|(at, byte)| Mutation::Set { at, byte }),
         any::<usize>().prop_map(|at| Mutation::Truncate { at }),
         (any::<usize>(), prop::collection::vec(any::<u8>(), 1..8))

@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 use colball_proto::v1::solver_server::{Solver, SolverServer};
 use colball_proto::v1::workers_server::{Workers, WorkersServer};
 use colball_proto::v1::{self, coordinator_message, puzzle_result, worker_message};
-use colball_proto::{MAX_MESSAGE_BYTES, PROTOCOL_VERSION, Secret, batch_from_wire, puzzle_from_wire};
+use colball_proto::{
+    MAX_MESSAGE_BYTES, PROTOCOL_VERSION, Secret, batch_from_wire, puzzle_from_wire,
+};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::Stream;

@@ -131,9 +131,7 @@ pub struct Pki {
 
 impl Pki {
     pub fn new() -> Pki {
-        use rcgen::{
-            BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair,
-        };
+        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         ca_params
@@ -142,8 +140,7 @@ impl Pki {
         let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
         let key = KeyPair::generate().unwrap();
         let params =
-            CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
-                .unwrap();
+            CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
         let cert = params.signed_by(&key, &ca).unwrap();
         Pki {
             ca: ca.pem(),
@@ -165,9 +162,8 @@ impl Pki {
 
     /// The coordinator's TLS settings.
     pub fn server(&self) -> tonic::transport::ServerTlsConfig {
-        tonic::transport::ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(
-            &self.cert, &self.key,
-        ))
+        tonic::transport::ServerTlsConfig::new()
+            .identity(tonic::transport::Identity::from_pem(&self.cert, &self.key))
     }
 
     /// A worker's or client's TLS settings trusting this CA.
