@@ -38,7 +38,10 @@ pub enum Backend {
     /// In-process, on `threads` threads sharing `engine`.
     Local { threads: usize, engine: Arc<Engine> },
     /// On the cluster whose coordinator is at this URL.
-    Remote { url: String },
+    Remote {
+        url: String,
+        security: remote::Security,
+    },
 }
 
 /// Why grading could not run.
@@ -135,7 +138,7 @@ pub fn run(
                 emit(index, graded)
             })?;
         }
-        Backend::Remote { url } => {
+        Backend::Remote { url, security } => {
             let list: Vec<(String, Puzzle, Option<GivenAnswer>)> = cases
                 .ids
                 .iter()
@@ -143,7 +146,7 @@ pub fn run(
                 .zip(&cases.matched.answers)
                 .map(|((id, p), a)| (id.clone(), *p, a.clone()))
                 .collect();
-            remote::grade_in_order(url, &list, |r| emit(r.index, r.graded)).map_err(
+            remote::grade_in_order(url, security, &list, |r| emit(r.index, r.graded)).map_err(
                 |e| match e {
                     SolveError::Client(e) => GradeError::Client(e),
                     SolveError::Output(e) => GradeError::Output(e),

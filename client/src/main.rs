@@ -62,6 +62,8 @@ struct GradeArgs {
     /// Find the optimal answers on a colball cluster at this URL.
     #[arg(long, env = colball_client::remote::CONNECT_ENV, value_name = "URL")]
     connect: Option<String>,
+    #[command(flatten)]
+    security: SecurityArgs,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -93,6 +95,58 @@ struct SolveArgs {
     /// `http://127.0.0.1:50051`. The output is the same as in-process.
     #[arg(long, env = colball_client::remote::CONNECT_ENV, value_name = "URL")]
     connect: Option<String>,
+    #[command(flatten)]
+    security: SecurityArgs,
+}
+
+/// How `--connect` proves itself and checks the coordinator.
+#[derive(Args, Debug)]
+struct SecurityArgs {
+    /// The coordinator's client token (its --client-token), for --connect.
+    #[arg(
+        long,
+        env = colball_client::remote::TOKEN_ENV,
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    token: Option<String>,
+    /// Read the client token from a file (one final newline is dropped).
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "token",
+        requires = "connect"
+    )]
+    token_file: Option<PathBuf>,
+    /// Trust this CA certificate (PEM) for an https:// --connect URL.
+    #[arg(long, value_name = "FILE", requires = "connect")]
+    ca: Option<PathBuf>,
+    /// The name to check in the coordinator's certificate instead of the
+    /// URL's host.
+    #[arg(long, value_name = "NAME", requires = "ca")]
+    tls_domain: Option<String>,
+}
+
+impl SecurityArgs {
+    fn security(&self) -> Result<remote::Security> {
+        let token = colball_proto::Secret::from_sources(
+            self.token.as_deref(),
+            self.token_file.as_deref(),
+            "--token (or COLBALL_TOKEN)",
+        )?;
+        let tls = match &self.ca {
+            Some(ca) => Some(colball_proto::tls::client_config(
+                ca,
+                self.tls_domain.as_deref(),
+            )?),
+            None => None,
+        };
+        Ok(remote::Security {
+            token,
+            tls,
+            ca_file: self.ca.clone(),
+        })
+    }
 }
 
 /// How puzzles are solved in-process.
@@ -178,6 +232,8 @@ struct WatchArgs {
     /// Stop after printing this many events.
     #[arg(long, value_name = "N")]
     count: Option<u64>,
+    #[command(flatten)]
+    security: SecurityArgs,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -237,6 +293,7 @@ fn run_watch(args: WatchArgs) -> Result<()> {
         },
         no_results: args.no_results,
         count: args.count,
+        security: args.security.security()?,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -289,7 +346,10 @@ fn grade(args: GradeArgs, quiet: bool) -> Result<ExitCode> {
     let (puzzles, name) = read_input(Some(&args.puzzles))?;
     let (answers, _) = read_input(Some(&args.answers))?;
     let backend = match args.connect {
-        Some(url) => Backend::Remote { url },
+        Some(url) => Backend::Remote {
+            url,
+            security: args.security.security()?,
+        },
         None => {
             let threads = args
                 .threads
@@ -407,11 +467,14 @@ fn solve(args: SolveArgs, quiet: bool) -> Result<ExitCode> {
         }
     };
     if let Some(url) = &args.connect {
-        remote::solve_in_order(url, &puzzles, |r| emit(&r.solution, &r.strategy, r.elapsed))
-            .map_err(|e| match e {
-                remote::SolveError::Output(e) => anyhow::Error::from(e),
-                remote::SolveError::Client(e) => anyhow::Error::from(e),
-            })?;
+        let security = args.security.security()?;
+        remote::solve_in_order(url, &security, &puzzles, |r| {
+            emit(&r.solution, &r.strategy, r.elapsed)
+        })
+        .map_err(|e| match e {
+            remote::SolveError::Output(e) => anyhow::Error::from(e),
+            remote::SolveError::Client(e) => anyhow::Error::from(e),
+        })?;
     } else {
         let engine = args.engine.engine(threads);
         local::solve_in_order(&puzzles, threads, &engine, |solved: Solved| {

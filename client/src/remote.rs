@@ -6,38 +6,62 @@
 //! parsed and checked against the puzzle's size), so the command prints
 //! exactly what the in-process mode prints.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
+use colball_proto::auth::{Bearer, Secret};
 use colball_proto::grade::{answer_to_wire, graded_from_wire};
-use colball_proto::puzzle_to_wire;
+use colball_proto::tls::TlsError;
 use colball_proto::v1::solver_client::SolverClient;
 use colball_proto::v1::{self, puzzle_result};
+use colball_proto::{MAX_MESSAGE_BYTES, puzzle_to_wire};
 use colball_solver::grade::{GivenAnswer, Graded};
 use colball_solver::{Puzzle, Solution, parse_moves};
 use thiserror::Error;
 use tokio_stream::{Stream, StreamExt};
-use tonic::transport::{Channel, Endpoint};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 /// The environment variable `colball solve` reads the cluster URL from when
 /// `--connect` is not given.
 pub const CONNECT_ENV: &str = "COLBALL_CONNECT";
 
 /// Puzzles per request when a batch is larger: keeps each request well
-/// under the message-size limits and the coordinator's per-request cap.
+/// under the message-size limit ([`MAX_MESSAGE_BYTES`]: 20,000 4x4 puzzles
+/// with the longest ids encode to about 6.5 MiB of 16) and the
+/// coordinator's per-request cap (`--max-batch`, 200,000 by default).
 pub const REQUEST_CHUNK: usize = 20_000;
+
+/// The environment variable `colball solve` reads the client token from
+/// when `--token` is not given.
+pub const TOKEN_ENV: &str = "COLBALL_TOKEN";
+
+/// How to reach a coordinator that asks for a token or serves TLS.
+/// `Security::default()`: no token, plaintext.
+#[derive(Clone, Debug, Default)]
+pub struct Security {
+    /// The client token (the coordinator's `--client-token`).
+    pub token: Option<Secret>,
+    /// TLS settings for an `https://` URL (the CA to trust).
+    pub tls: Option<ClientTlsConfig>,
+    /// The CA file the TLS settings came from, named in errors.
+    pub ca_file: Option<PathBuf>,
+}
 
 /// What went wrong talking to the cluster.
 #[derive(Debug, Error)]
 pub enum ClientError {
     #[error("bad cluster URL {url:?}: {reason}")]
     BadUrl { url: String, reason: String },
-    #[error("cannot connect to {url}: {source}")]
+    #[error("cannot connect to {url}: {}{}", colball_proto::tls::error_chain(.source), connect_hint(.url))]
     Connect {
         url: String,
         #[source]
         source: tonic::transport::Error,
     },
-    #[error("the cluster answered {}: {}", .0.code(), .0.message())]
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error("{}", status_text(.0))]
     Status(#[from] tonic::Status),
     #[error("puzzle {id:?}: {message}")]
     Puzzle { id: String, message: String },
@@ -120,15 +144,53 @@ pub struct RemoteSolved {
     pub cached: bool,
 }
 
+/// A status for people: its code and message, and for a broken connection
+/// (which tonic reports as UNKNOWN "transport error", or CANCELLED) its
+/// cause and a hint.
+fn status_text(status: &tonic::Status) -> String {
+    let mut text = format!(
+        "the cluster answered {}: {}",
+        status.code(),
+        status.message()
+    );
+    // A status the coordinator sent has no source; one tonic made from a
+    // failed connection has.
+    if let Some(source) = std::error::Error::source(status) {
+        text = format!(
+            "the connection to the cluster failed ({}): {}: {} (check the URL; if the coordinator serves TLS, use an https:// URL and --ca)",
+            status.code(),
+            status.message(),
+            colball_proto::tls::error_chain(source)
+        );
+    }
+    text
+}
+
+/// A hint for a failed plaintext connection: the coordinator may serve TLS.
+fn connect_hint(url: &str) -> &'static str {
+    if url.starts_with("http://") {
+        " (if the coordinator serves TLS, use an https:// URL and --ca)"
+    } else {
+        ""
+    }
+}
+
 /// A connection to a coordinator. Cheap to clone (one HTTP/2 connection).
 #[derive(Clone, Debug)]
 pub struct Client {
-    inner: SolverClient<Channel>,
+    inner: SolverClient<InterceptedService<Channel, Bearer>>,
 }
 
 impl Client {
-    /// Connects to `url` (e.g. `http://127.0.0.1:50051`).
+    /// Connects to `url` (e.g. `http://127.0.0.1:50051`), without a token
+    /// or TLS.
     pub async fn connect(url: &str) -> Result<Client, ClientError> {
+        Client::connect_with(url, &Security::default()).await
+    }
+
+    /// Connects to `url` with a token and TLS settings (an `https://` URL
+    /// needs `security.tls`).
+    pub async fn connect_with(url: &str, security: &Security) -> Result<Client, ClientError> {
         let endpoint = Endpoint::from_shared(url.to_string())
             .map_err(|e| ClientError::BadUrl {
                 url: url.to_string(),
@@ -143,6 +205,12 @@ impl Client {
             .http2_keep_alive_interval(Duration::from_secs(10))
             .keep_alive_timeout(Duration::from_secs(20))
             .keep_alive_while_idle(true);
+        let endpoint = colball_proto::tls::secure(
+            endpoint,
+            url,
+            security.tls.as_ref(),
+            security.ca_file.as_deref(),
+        )?;
         let channel = endpoint
             .connect()
             .await
@@ -150,9 +218,9 @@ impl Client {
                 url: url.to_string(),
                 source,
             })?;
-        let inner = SolverClient::new(channel)
-            .max_decoding_message_size(64 << 20)
-            .max_encoding_message_size(64 << 20);
+        let inner = SolverClient::with_interceptor(channel, Bearer::new(security.token.as_ref()))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Ok(Client { inner })
     }
 
@@ -265,12 +333,13 @@ impl Client {
 /// calling thread. Stops at the first failure.
 pub fn grade_in_order<E>(
     url: &str,
+    security: &Security,
     cases: &[(String, Puzzle, Option<GivenAnswer>)],
     mut on_result: impl FnMut(RemoteGraded) -> Result<(), E>,
 ) -> Result<(), SolveError<E>> {
     let runtime = runtime()?;
     runtime.block_on(async {
-        let mut client = Client::connect(url).await?;
+        let mut client = Client::connect_with(url, security).await?;
         for (chunk_no, chunk) in cases.chunks(REQUEST_CHUNK).enumerate() {
             let base = chunk_no * REQUEST_CHUNK;
             let mut stream = client.grade_stream(chunk).await?;
@@ -368,11 +437,13 @@ pub enum SolveError<E> {
     Output(E),
 }
 
-/// Solves `puzzles` on the cluster at `url`, calling `on_result` once per
+/// Solves `puzzles` on the cluster at `url` (with `security`'s token and
+/// TLS settings), calling `on_result` once per
 /// puzzle in input order, like `local::solve_in_order`. Blocks the calling
 /// thread (it runs its own small runtime). Stops at the first failure.
 pub fn solve_in_order<E>(
     url: &str,
+    security: &Security,
     puzzles: &[Puzzle],
     mut on_result: impl FnMut(RemoteSolved) -> Result<(), E>,
 ) -> Result<(), SolveError<E>> {
@@ -381,7 +452,7 @@ pub fn solve_in_order<E>(
         .build()
         .map_err(|e| ClientError::Protocol(format!("cannot start the async runtime: {e}")))?;
     runtime.block_on(async {
-        let mut client = Client::connect(url).await?;
+        let mut client = Client::connect_with(url, security).await?;
         let total = puzzles.len();
         for (chunk_no, chunk) in puzzles.chunks(REQUEST_CHUNK).enumerate() {
             let base = chunk_no * REQUEST_CHUNK;
@@ -423,4 +494,32 @@ pub fn solve_in_order<E>(
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use colball_proto::MAX_ID_BYTES;
+    use colball_proto::prost::Message;
+    use colball_solver::Size;
+    use colball_solver::generate::Generator;
+
+    #[test]
+    fn a_request_chunk_of_the_largest_puzzles_fits_the_message_limit() {
+        let mut g = Generator::new(3);
+        let four = Size::new(4, 4).unwrap();
+        let p = g.uniform(four);
+        let id = "x".repeat(MAX_ID_BYTES);
+        let request = v1::SolveBatchRequest {
+            puzzles: vec![puzzle_to_wire(id, &p); REQUEST_CHUNK],
+            ordered: true,
+        };
+        let bytes = request.encoded_len();
+        assert!(
+            bytes < MAX_MESSAGE_BYTES / 2,
+            "{bytes} bytes for {REQUEST_CHUNK} puzzles"
+        );
+        // The ids solve_in_order gives are far shorter than the longest.
+        assert!((REQUEST_CHUNK * 1000).to_string().len() < MAX_ID_BYTES);
+    }
 }

@@ -15,7 +15,7 @@ use colball_proto::v1::{self, cluster_event::Kind, puzzle_result};
 use serde_json::{Value, json};
 use tonic::Code;
 
-use crate::remote::{Client, ClientError};
+use crate::remote::{Client, ClientError, Security};
 
 /// How `colball watch` prints events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +35,8 @@ pub struct WatchOptions {
     pub no_results: bool,
     /// Stop after this many printed events.
     pub count: Option<u64>,
+    /// Token and TLS settings for the coordinator.
+    pub security: Security,
 }
 
 /// Why watching stopped early.
@@ -61,7 +63,7 @@ pub async fn watch(
     let mut printed = 0u64;
     let mut backoff = Duration::from_millis(200);
     loop {
-        let stream = match Client::connect(&options.url).await {
+        let stream = match Client::connect_with(&options.url, &options.security).await {
             Ok(mut client) => client.watch(next).await,
             Err(e) => Err(e),
         };

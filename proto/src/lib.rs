@@ -7,11 +7,21 @@
 //! solver types: a missing or malformed field is an [`InvalidPuzzle`] that
 //! names the puzzle id and the field, never a panic.
 
-pub mod grade;
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 use colball_solver::board::BoardError;
 use colball_solver::{Board, Puzzle};
 use thiserror::Error;
+
+pub mod auth;
+pub mod grade;
+pub mod tls;
+
+pub use auth::Secret;
+/// The protobuf runtime the messages are generated for (to encode and
+/// decode them without depending on prost separately).
+pub use prost;
 
 /// Generated code for package `colball.v1`.
 #[allow(missing_docs, missing_debug_implementations, unused_qualifications)]
@@ -29,6 +39,20 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 /// another version is refused (FAILED_PRECONDITION). Bump it on any change
 /// of the worker-facing messages that an older peer would misread.
 pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The largest gRPC message, in bytes, that the coordinator, its workers and
+/// its clients send or accept (16 MiB). A larger message is refused with
+/// RESOURCE_EXHAUSTED (tonic's check) before it is decoded, so it bounds the
+/// memory one request can take. A batch of 20,000 puzzles with ids of
+/// [`MAX_ID_BYTES`] (the client's request chunk) encodes to about 6.5 MiB.
+pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
+
+/// The longest puzzle id accepted, in bytes; a longer one is an invalid
+/// puzzle (field `id`).
+pub const MAX_ID_BYTES: usize = 256;
+
+/// How much of an over-long id error messages quote.
+const QUOTED_ID_BYTES: usize = 32;
 
 /// A puzzle on the wire that does not describe a legal puzzle.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
@@ -53,7 +77,22 @@ impl InvalidPuzzle {
 }
 
 /// Reads a wire puzzle into a solver puzzle.
+///
+/// Checks the id's length ([`MAX_ID_BYTES`]), then each board: row count,
+/// row lengths, letters; then that both boards have the same size. The
+/// error names the field (`id`, `start` or `target`) and, for a board, the
+/// row and column. Work is bounded by the input's size; nothing panics.
 pub fn puzzle_from_wire(p: &v1::Puzzle) -> Result<Puzzle, InvalidPuzzle> {
+    if p.id.len() > MAX_ID_BYTES {
+        return Err(InvalidPuzzle {
+            id: quote_prefix(&p.id),
+            field: "id",
+            reason: format!(
+                "{} bytes long; ids hold at most {MAX_ID_BYTES} bytes",
+                p.id.len()
+            ),
+        });
+    }
     let board = |field: &'static str, rows: &[String]| -> Result<Board, InvalidPuzzle> {
         if rows.is_empty() {
             return Err(InvalidPuzzle::new(&p.id, field, "missing (no rows)"));
@@ -69,6 +108,62 @@ pub fn puzzle_from_wire(p: &v1::Puzzle) -> Result<Puzzle, InvalidPuzzle> {
             format!("size {} differs from the start's {}", e.target, e.start),
         )
     })
+}
+
+/// The start of an over-long id, cut at a character boundary, marked `...`.
+fn quote_prefix(id: &str) -> String {
+    let mut end = QUOTED_ID_BYTES.min(id.len());
+    while !id.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &id[..end])
+}
+
+/// A request that is wrong as a whole (rather than in one puzzle): an
+/// INVALID_ARGUMENT status.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum InvalidBatch {
+    #[error("field puzzles: the batch is empty; send at least one puzzle")]
+    /// No puzzle at all.
+    Empty,
+}
+
+/// Reads a batch: one entry per wire puzzle, in order, either the puzzle or
+/// why it is invalid. Besides [`puzzle_from_wire`]'s checks, a non-empty id
+/// that an earlier puzzle of the batch already used is invalid (field `id`),
+/// so every result can be matched by id; empty ids are exempt (match those
+/// by `index`). An empty batch is an [`InvalidBatch`].
+pub fn batch_from_wire(
+    puzzles: &[v1::Puzzle],
+) -> Result<Vec<Result<Puzzle, InvalidPuzzle>>, InvalidBatch> {
+    if puzzles.is_empty() {
+        return Err(InvalidBatch::Empty);
+    }
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    Ok(puzzles
+        .iter()
+        .enumerate()
+        .map(|(index, p)| {
+            if !p.id.is_empty() && p.id.len() <= MAX_ID_BYTES {
+                match seen.entry(&p.id) {
+                    Entry::Occupied(first) => {
+                        return Err(InvalidPuzzle::new(
+                            &p.id,
+                            "id",
+                            format!(
+                                "duplicate id: puzzle {index} of the batch repeats the id of puzzle {} (ids must be unique within a batch)",
+                                first.get()
+                            ),
+                        ));
+                    }
+                    Entry::Vacant(slot) => {
+                        slot.insert(index);
+                    }
+                }
+            }
+            puzzle_from_wire(p)
+        })
+        .collect())
 }
 
 /// Writes a solver puzzle as a wire puzzle with the given id.

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use colball_proto::InvalidPuzzle;
+use colball_proto::{InvalidBatch, InvalidPuzzle};
 use thiserror::Error;
 use tonic::{Code, Status};
 
@@ -14,18 +14,26 @@ use tonic::{Code, Status};
 pub enum ServerError {
     #[error("{0}")]
     InvalidPuzzle(#[from] InvalidPuzzle),
-    #[error("the request holds no puzzle")]
+    #[error("{0}")]
+    InvalidBatch(#[from] InvalidBatch),
+    #[error("field puzzle: the request holds no puzzle")]
     MissingPuzzle,
     #[error(
-        "batch of {batch} puzzles rejected: the coordinator holds {pending} puzzles and admits at most {limit}; retry later or send smaller batches"
+        "batch of {batch} puzzles rejected: the coordinator holds {pending} puzzles and admits at most {limit} (--max-pending); retry later or send smaller batches"
     )]
     Overloaded {
         batch: usize,
         pending: usize,
         limit: usize,
     },
-    #[error("batch of {batch} puzzles exceeds the limit of {limit} puzzles per request; split it")]
+    #[error(
+        "batch of {batch} puzzles exceeds the limit of {limit} puzzles per request (--max-batch); split it"
+    )]
     BatchTooLarge { batch: usize, limit: usize },
+    #[error(
+        "client {peer} already has {limit} requests in flight, the limit per client (--max-batches-per-client); wait for one to finish"
+    )]
+    TooManyBatches { peer: String, limit: usize },
     #[error(
         "no worker has joined the cluster (waited {}s); start one with `colball-server worker --coordinator URL`",
         .waited.as_secs_f64()
@@ -47,11 +55,12 @@ impl From<ServerError> for Status {
     fn from(e: ServerError) -> Status {
         let code = match &e {
             ServerError::InvalidPuzzle(_)
+            | ServerError::InvalidBatch(_)
             | ServerError::MissingPuzzle
             | ServerError::BadSession(_) => Code::InvalidArgument,
-            ServerError::Overloaded { .. } | ServerError::BatchTooLarge { .. } => {
-                Code::ResourceExhausted
-            }
+            ServerError::Overloaded { .. }
+            | ServerError::BatchTooLarge { .. }
+            | ServerError::TooManyBatches { .. } => Code::ResourceExhausted,
             ServerError::NoWorkers { .. } | ServerError::ShuttingDown => Code::Unavailable,
             ServerError::DeadlineExceeded => Code::DeadlineExceeded,
             ServerError::VersionMismatch { .. } => Code::FailedPrecondition,

@@ -5,6 +5,7 @@
 //!   worker-facing `Workers` service; admission, credit-based dispatch,
 //!   failure handling, the result cache;
 //! - [`worker`]: dials the coordinator, solves on a dedicated thread pool;
+//! - [`auth`]: optional client and worker tokens (tonic interceptors);
 //! - [`cache`]: the bounded result cache both use;
 //! - [`http`]: the coordinator's plain-HTTP health and metrics endpoint;
 //! - [`shutdown`], [`telemetry`]: one shutdown path (Ctrl-C and SIGTERM) and
@@ -17,6 +18,7 @@
 //! How it all fits together, and what happens when things fail, is in
 //! `docs/CLUSTER.md`.
 
+pub mod auth;
 pub mod cache;
 pub mod coordinator;
 pub mod error;

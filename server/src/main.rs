@@ -4,10 +4,12 @@
 //! up tracing and the shutdown signal, binds listeners and calls `run`.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use colball_proto::Secret;
 use colball_server::telemetry::{self, LogFormat};
 use colball_server::{coordinator, http, shutdown, worker};
 use tokio::net::TcpListener;
@@ -60,9 +62,14 @@ struct CoordinatorArgs {
     /// request over the limit gets RESOURCE_EXHAUSTED.
     #[arg(long, default_value_t = 1_000_000)]
     max_pending: usize,
-    /// Most puzzles in one request.
+    /// Most puzzles in one request; a larger one gets RESOURCE_EXHAUSTED.
     #[arg(long, default_value_t = 200_000)]
     max_batch: usize,
+    /// Most requests in flight from one client, counted per IP address (all
+    /// clients behind one proxy or NAT share it); one more gets
+    /// RESOURCE_EXHAUSTED. 0: no limit.
+    #[arg(long, default_value_t = 64)]
+    max_batches_per_client: usize,
     /// Times one puzzle is dispatched (after lost workers) before it gets an
     /// error result.
     #[arg(long, default_value_t = 3)]
@@ -80,6 +87,62 @@ struct CoordinatorArgs {
     /// without dispatch); 0 turns it off.
     #[arg(long, default_value_t = 1_000_000)]
     cache_entries: usize,
+    /// Require this token from clients (`colball solve --token`); calls
+    /// without it get UNAUTHENTICATED. Off unless given. Prefer the file or
+    /// the environment variable: command lines are visible to other users.
+    #[arg(
+        long,
+        env = "COLBALL_CLIENT_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    client_token: Option<String>,
+    /// Read the client token from a file (one final newline is dropped).
+    #[arg(long, value_name = "FILE", conflicts_with = "client_token")]
+    client_token_file: Option<PathBuf>,
+    /// Require this token from workers (`colball-server worker --token`);
+    /// without it a process cannot register as a worker. Off unless given.
+    #[arg(
+        long,
+        env = "COLBALL_WORKER_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    worker_token: Option<String>,
+    /// Read the worker token from a file (one final newline is dropped).
+    #[arg(long, value_name = "FILE", conflicts_with = "worker_token")]
+    worker_token_file: Option<PathBuf>,
+    /// Serve gRPC over TLS with this certificate chain (PEM); needs
+    /// --tls-key. Clients and workers then dial https:// with --ca.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+}
+
+/// How a worker or client proves itself and checks the coordinator.
+#[derive(Args, Debug)]
+struct WorkerSecurity {
+    /// The coordinator's worker token (its --worker-token). A missing or
+    /// wrong token is a final refusal: the worker exits non-zero.
+    #[arg(
+        long,
+        env = "COLBALL_WORKER_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    token: Option<String>,
+    /// Read the worker token from a file (one final newline is dropped).
+    #[arg(long, value_name = "FILE", conflicts_with = "token")]
+    token_file: Option<PathBuf>,
+    /// Trust this CA certificate (PEM) for an https:// coordinator URL.
+    #[arg(long, value_name = "FILE")]
+    ca: Option<PathBuf>,
+    /// The name to check in the coordinator's certificate instead of the
+    /// URL's host.
+    #[arg(long, value_name = "NAME", requires = "ca")]
+    tls_domain: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -116,6 +179,8 @@ struct WorkerArgs {
     /// Protocol version to register with (testing only).
     #[arg(long, hide = true)]
     protocol_version: Option<u32>,
+    #[command(flatten)]
+    security: WorkerSecurity,
 }
 
 fn main() -> ExitCode {
@@ -163,6 +228,21 @@ async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
         heartbeat_interval: Duration::from_millis(args.heartbeat_ms.max(10)),
         worker_grace: secs(args.worker_grace_secs)?,
         cache_capacity: args.cache_entries,
+        max_batches_per_client: args.max_batches_per_client,
+        client_token: Secret::from_sources(
+            args.client_token.as_deref(),
+            args.client_token_file.as_deref(),
+            "--client-token (or COLBALL_CLIENT_TOKEN)",
+        )?,
+        worker_token: Secret::from_sources(
+            args.worker_token.as_deref(),
+            args.worker_token_file.as_deref(),
+            "--worker-token (or COLBALL_WORKER_TOKEN)",
+        )?,
+        tls: match (&args.tls_cert, &args.tls_key) {
+            (Some(cert), Some(key)) => Some(colball_proto::tls::server_config(cert, key)?),
+            _ => None,
+        },
         ..coordinator::Config::default()
     };
     let listener = TcpListener::bind(args.listen)
@@ -199,6 +279,18 @@ async fn run_worker(args: WorkerArgs) -> anyhow::Result<()> {
     config.cache_capacity = args.cache_entries;
     config.table_bytes = args.table_mib << 20;
     config.drain_timeout = secs(args.drain_secs)?;
+    let security = args.security;
+    config.token = Secret::from_sources(
+        security.token.as_deref(),
+        security.token_file.as_deref(),
+        "--token (or COLBALL_WORKER_TOKEN)",
+    )?;
+    if let Some(ca) = &security.ca {
+        config.tls = Some(colball_proto::tls::client_config(
+            ca,
+            security.tls_domain.as_deref(),
+        )?);
+    }
     worker::run(config, shutdown::on_signal()).await?;
     Ok(())
 }

@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use colball_proto::Secret;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -23,6 +24,10 @@ pub struct LocalCluster {
         JoinHandle<Result<(), worker::WorkerError>>,
     )>,
     coordinator: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+    /// The worker token of the coordinator's config, given to workers.
+    worker_token: Option<Secret>,
+    /// For a TLS coordinator: the workers' TLS settings (the CA).
+    worker_tls: Option<tonic::transport::ClientTlsConfig>,
 }
 
 impl LocalCluster {
@@ -33,6 +38,18 @@ impl LocalCluster {
         workers: usize,
         threads: usize,
     ) -> std::io::Result<LocalCluster> {
+        LocalCluster::start_tls(config, workers, threads, None).await
+    }
+
+    /// Like [`Self::start`]; with `worker_tls` (the CA that signed the
+    /// certificate in `config.tls`) the URL is `https://localhost:PORT`.
+    pub async fn start_tls(
+        config: coordinator::Config,
+        workers: usize,
+        threads: usize,
+        worker_tls: Option<tonic::transport::ClientTlsConfig>,
+    ) -> std::io::Result<LocalCluster> {
+        let worker_token = config.worker_token.clone();
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let shutdown = CancellationToken::new();
@@ -48,6 +65,8 @@ impl LocalCluster {
             shutdown,
             workers: Vec::new(),
             coordinator: Some(coordinator),
+            worker_token,
+            worker_tls,
         };
         for i in 0..workers {
             cluster.add_worker(&format!("w{i}"), threads);
@@ -70,7 +89,11 @@ impl LocalCluster {
 
     /// The URL clients and workers dial.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        if self.worker_tls.is_some() {
+            format!("https://localhost:{}", self.addr.port())
+        } else {
+            format!("http://{}", self.addr)
+        }
     }
 
     /// A worker config for this cluster.
@@ -78,6 +101,8 @@ impl LocalCluster {
         let mut config = worker::Config::new(self.url());
         config.name = name.to_string();
         config.threads = threads;
+        config.token = self.worker_token.clone();
+        config.tls = self.worker_tls.clone();
         config
     }
 

@@ -5,7 +5,8 @@
 //! bounded channel, results come back through another, and heartbeats are
 //! sent from the async loop, which never waits on a search, so a busy CPU
 //! cannot delay them. The connection is retried with exponential backoff;
-//! a refusal (protocol-version mismatch) is final. On shutdown the worker
+//! a refusal (protocol-version mismatch, a missing or wrong worker token)
+//! is final. On shutdown the worker
 //! tells the coordinator it is draining, finishes and reports what it
 //! holds, then leaves.
 
@@ -15,16 +16,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use colball_proto::auth::{Bearer, Secret};
 use colball_proto::v1::workers_client::WorkersClient;
 use colball_proto::v1::{self, coordinator_message, task_result, worker_message};
-use colball_proto::{PROTOCOL_VERSION, puzzle_from_wire};
+use colball_proto::{MAX_MESSAGE_BYTES, PROTOCOL_VERSION, puzzle_from_wire};
 use colball_solver::cache::CacheConfig;
 use colball_solver::{Engine, EngineConfig, Puzzle, Solution, Solver, Strategy};
 use thiserror::Error;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Endpoint;
+use tonic::transport::{ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
 
 /// Worker settings. `Config::new(url)` gives defaults that suit one machine.
@@ -51,6 +53,10 @@ pub struct Config {
     pub table_bytes: usize,
     /// The protocol version to register with; only tests change it.
     pub protocol_version: u32,
+    /// The coordinator's worker token, sent with the session; `None`: none.
+    pub token: Option<Secret>,
+    /// TLS settings for an `https://` coordinator URL (the CA to trust).
+    pub tls: Option<ClientTlsConfig>,
 }
 
 impl Config {
@@ -67,6 +73,8 @@ impl Config {
             cache_capacity: 1_000_000,
             table_bytes: 64 << 20,
             protocol_version: PROTOCOL_VERSION,
+            token: None,
+            tls: None,
         }
     }
 }
@@ -93,6 +101,8 @@ pub enum WorkerError {
     BadUrl { url: String, reason: String },
     #[error("the coordinator refused this worker: {0}")]
     Refused(String),
+    #[error("TLS: {0}")]
+    Tls(#[from] colball_proto::tls::TlsError),
 }
 
 /// Why one session ended.
@@ -265,10 +275,13 @@ fn solve_guarded(
 
 /// Runs the worker until `shutdown` (then drains) or a refusal.
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), WorkerError> {
-    Endpoint::from_shared(config.coordinator.clone()).map_err(|e| WorkerError::BadUrl {
-        url: config.coordinator.clone(),
-        reason: e.to_string(),
-    })?;
+    let endpoint =
+        Endpoint::from_shared(config.coordinator.clone()).map_err(|e| WorkerError::BadUrl {
+            url: config.coordinator.clone(),
+            reason: e.to_string(),
+        })?;
+    // A TLS setting that cannot work is final, like a bad URL.
+    colball_proto::tls::secure(endpoint, &config.coordinator, config.tls.as_ref(), None)?;
     let threads = config.threads.max(1);
     let (done_tx, mut done_rx) = mpsc::channel(threads * 4 + 64);
     let pool = Pool::start(&config, threads, done_tx);
@@ -310,18 +323,26 @@ async fn session(
     session_id: u64,
     shutdown: &CancellationToken,
 ) -> SessionEnd {
-    let endpoint = match Endpoint::from_shared(config.coordinator.clone()) {
-        Ok(e) => e
+    let endpoint = match Endpoint::from_shared(config.coordinator.clone()).map(|e| {
+        let e = e
             .connect_timeout(config.connect_timeout)
             .http2_keep_alive_interval(Duration::from_secs(10))
             .keep_alive_timeout(Duration::from_secs(20))
-            .keep_alive_while_idle(true),
+            .keep_alive_while_idle(true);
+        colball_proto::tls::secure(e, &config.coordinator, config.tls.as_ref(), None)
+    }) {
+        Ok(Ok(e)) => e,
+        Ok(Err(e)) => return SessionEnd::Retry(e.to_string()),
         Err(e) => return SessionEnd::Retry(e.to_string()),
     };
     let channel = tokio::select! {
         c = endpoint.connect() => match c {
             Ok(c) => c,
-            Err(e) => return SessionEnd::Retry(format!("cannot connect to {}: {e}", config.coordinator)),
+            Err(e) => return SessionEnd::Retry(format!(
+                "cannot connect to {}: {}",
+                config.coordinator,
+                colball_proto::tls::error_chain(&e)
+            )),
         },
         () = shutdown.cancelled() => return SessionEnd::Drained,
     };
@@ -337,16 +358,24 @@ async fn session(
     if out.try_send(register).is_err() {
         return SessionEnd::Retry("cannot queue register".into());
     }
-    let mut inbound = match WorkersClient::new(channel)
-        .session(ReceiverStream::new(out_rx))
-        .await
-    {
-        Ok(r) => r.into_inner(),
-        Err(s) if matches!(s.code(), Code::FailedPrecondition | Code::InvalidArgument) => {
-            return SessionEnd::Refused(s);
-        }
-        Err(s) => return SessionEnd::Retry(format!("session refused: {s}")),
-    };
+    let mut inbound =
+        match WorkersClient::with_interceptor(channel, Bearer::new(config.token.as_ref()))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+            .session(ReceiverStream::new(out_rx))
+            .await
+        {
+            Ok(r) => r.into_inner(),
+            Err(s)
+                if matches!(
+                    s.code(),
+                    Code::FailedPrecondition | Code::InvalidArgument | Code::Unauthenticated
+                ) =>
+            {
+                return SessionEnd::Refused(s);
+            }
+            Err(s) => return SessionEnd::Retry(format!("session refused: {s}")),
+        };
     tracing::info!(coordinator = %config.coordinator, slots = threads, "registered");
 
     let mut held: HashSet<u64> = HashSet::new();

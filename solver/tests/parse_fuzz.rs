@@ -70,3 +70,155 @@ proptest! {
         }
     }
 }
+
+// ---- The seed corpus in tests/corpus/: replayed as-is, and mutated. ----
+
+fn corpus() -> Vec<(String, Vec<u8>)> {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/corpus");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let corpus: Vec<_> = files
+        .into_iter()
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&p).unwrap())
+        })
+        .collect();
+    assert!(corpus.len() >= 6, "corpus missing: {dir:?}");
+    corpus
+}
+
+/// Runs both parsers on `input`; every error names a line of the input
+/// and says something.
+fn check_parsers(input: &[u8]) -> Result<(), TestCaseError> {
+    let lines = line_count(input);
+    match classic::parse(input) {
+        Ok(cases) => {
+            for c in cases {
+                prop_assert!(c.line >= 1 && c.line <= lines);
+            }
+        }
+        Err(e) => {
+            prop_assert!(e.line >= 1 && e.line <= lines, "{e}");
+            prop_assert!(!e.to_string().is_empty());
+        }
+    }
+    for result in jsonl::parse(input) {
+        match result {
+            Ok(case) => prop_assert!(case.line >= 1 && case.line <= lines),
+            Err(e) => {
+                prop_assert!(e.line >= 1 && e.line <= lines);
+                prop_assert!(!e.message.is_empty());
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn the_corpus_replays_as_expected() {
+    for (name, bytes) in corpus() {
+        check_parsers(&bytes).unwrap();
+        let classic = classic::parse(&bytes);
+        match name.as_str() {
+            "classic-sample.in" => assert_eq!(classic.unwrap().len(), 2),
+            "classic-sizes.in" => assert_eq!(classic.unwrap().len(), 3),
+            "classic-crlf.in" => assert_eq!(classic.unwrap().len(), 1),
+            "classic-bad-letter.in" => assert_eq!(classic.unwrap_err().line, 3),
+            "classic-bad-size.in" => assert_eq!(classic.unwrap_err().line, 1),
+            "classic-truncated.in" => assert!(classic.is_err()),
+            "jsonl-sample.jsonl" => {
+                assert!(jsonl::parse(&bytes).iter().all(Result::is_ok));
+            }
+            "jsonl-errors.jsonl" => {
+                let lines: Vec<usize> = jsonl::parse(&bytes)
+                    .iter()
+                    .filter_map(|r| r.as_ref().err().map(|e| e.line))
+                    .collect();
+                assert_eq!(lines, [1, 2, 3, 5], "{name}");
+            }
+            other => panic!("no expectation for corpus file {other}"),
+        }
+    }
+}
+
+/// One mutation of a corpus entry.
+#[derive(Clone, Debug)]
+enum Mutation {
+    Flip {
+        at: usize,
+        bit: u8,
+    },
+    Set {
+        at: usize,
+        byte: u8,
+    },
+    Truncate {
+        at: usize,
+    },
+    Insert {
+        at: usize,
+        bytes: Vec<u8>,
+    },
+    Splice {
+        other: usize,
+        from: usize,
+        at: usize,
+    },
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        (any::<usize>(), 0u8..8).prop_map(|(at, bit)| Mutation::Flip { at, bit }),
+        (
+            any::<usize>(),
+            prop::sample::select(b"RGBX0123456789 \n\r{}[]\",:".to_vec())
+        )
+            .prop_map(|(at, byte)| Mutation::Set { at, byte }),
+        any::<usize>().prop_map(|at| Mutation::Truncate { at }),
+        (any::<usize>(), prop::collection::vec(any::<u8>(), 1..8))
+            .prop_map(|(at, bytes)| Mutation::Insert { at, bytes }),
+        (any::<usize>(), any::<usize>(), any::<usize>())
+            .prop_map(|(other, from, at)| Mutation::Splice { other, from, at }),
+    ]
+}
+
+fn mutate(corpus: &[(String, Vec<u8>)], seed: usize, mutations: &[Mutation]) -> Vec<u8> {
+    let mut bytes = corpus[seed % corpus.len()].1.clone();
+    for m in mutations {
+        let len = bytes.len();
+        match m {
+            Mutation::Flip { at, bit } if len > 0 => bytes[at % len] ^= 1 << bit,
+            Mutation::Set { at, byte } if len > 0 => bytes[at % len] = *byte,
+            Mutation::Truncate { at } => bytes.truncate(at % (len + 1)),
+            Mutation::Insert { at, bytes: new } => {
+                let at = at % (len + 1);
+                bytes.splice(at..at, new.iter().copied());
+            }
+            Mutation::Splice { other, from, at } => {
+                let other = &corpus[other % corpus.len()].1;
+                let tail = &other[from % (other.len() + 1)..];
+                bytes.truncate(at % (len + 1));
+                bytes.extend_from_slice(tail);
+            }
+            _ => {}
+        }
+    }
+    bytes
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3000))]
+
+    #[test]
+    fn mutated_corpus_never_panics(
+        seed in any::<usize>(),
+        mutations in prop::collection::vec(mutation(), 1..6),
+    ) {
+        let corpus = corpus();
+        check_parsers(&mutate(&corpus, seed, &mutations))?;
+    }
+}

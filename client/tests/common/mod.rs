@@ -8,7 +8,9 @@ use std::process::{Command, Output, Stdio};
 /// removed so that only what a test sets counts.
 pub fn run(args: &[&str], env: Option<(&str, &str)>, stdin: &[u8]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_colball"));
-    command.env_remove("COLBALL_CONNECT");
+    command
+        .env_remove("COLBALL_CONNECT")
+        .env_remove("COLBALL_TOKEN");
     if let Some((k, v)) = env {
         command.env(k, v);
     }

@@ -43,6 +43,7 @@ pub(super) async fn grade(
     request: Request<v1::GradeRequest>,
 ) -> Result<Response<GradeStream>, Status> {
     let deadline = grpc_timeout(request.metadata()).map(|t| tokio::time::Instant::now() + t);
+    let peer = request.remote_addr().map(|a| a.ip());
     let cases = request.into_inner().cases;
     let mut puzzles = Vec::with_capacity(cases.len());
     let mut infos = Vec::with_capacity(cases.len());
@@ -57,7 +58,7 @@ pub(super) async fn grade(
         });
         puzzles.push(wire);
     }
-    let admitted = service.admit(puzzles, "grade").await?;
+    let admitted = service.admit(puzzles, "grade", peer).await?;
     tracing::debug!(
         cases = admitted.total,
         ready = admitted.ready.len(),
@@ -83,6 +84,7 @@ async fn judge(
         total,
         guard,
         mut events,
+        slot,
     } = admitted;
     let mut decided = vec![false; total];
     let mut sent = 0usize;
@@ -151,6 +153,7 @@ async fn judge(
         }
     }
     drop(guard);
+    drop(slot);
 }
 
 /// The verdict on one case, given the cluster's outcome for its puzzle.
@@ -212,6 +215,7 @@ mod tests {
             rx: batch_rx,
             total: 4,
             events: BatchEvents::accept(shared.events.clone(), 4, "grade"),
+            slot: shared.per_client.acquire(None).unwrap(),
             guard: BatchGuard {
                 shared,
                 batch: None,

@@ -14,6 +14,7 @@
 
 pub mod events;
 mod grade;
+pub mod per_client;
 pub mod state;
 
 use std::collections::BTreeMap;
@@ -24,17 +25,22 @@ use std::time::{Duration, Instant};
 use colball_proto::v1::solver_server::{Solver, SolverServer};
 use colball_proto::v1::workers_server::{Workers, WorkersServer};
 use colball_proto::v1::{self, coordinator_message, puzzle_result, worker_message};
-use colball_proto::{PROTOCOL_VERSION, puzzle_from_wire};
+use colball_proto::{
+    MAX_MESSAGE_BYTES, PROTOCOL_VERSION, Secret, batch_from_wire, puzzle_from_wire,
+};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::Stream;
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tokio_util::sync::CancellationToken;
+use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::auth::{self, Role};
 use crate::cache::ResultCache;
 use crate::error::ServerError;
 use events::{BatchEvents, EventLog, Traffic};
+use per_client::{PerClient, Slot};
 use state::{BatchEvent, Limits, NewTask, Snapshot, State};
 
 /// Coordinator settings. `Config::default()` suits one machine.
@@ -64,6 +70,15 @@ pub struct Config {
     pub drain_timeout: Duration,
     /// Cluster events kept for watchers that resume from a sequence number.
     pub events_retained: usize,
+    /// Most requests (batches or single puzzles) in flight per client IP
+    /// (0: no limit); see [`per_client`].
+    pub max_batches_per_client: usize,
+    /// The token clients must send (`Solver`); `None`: anyone may call.
+    pub client_token: Option<Secret>,
+    /// The token workers must send (`Workers`); `None`: anyone may join.
+    pub worker_token: Option<Secret>,
+    /// TLS for the gRPC port; `None`: plaintext.
+    pub tls: Option<tonic::transport::ServerTlsConfig>,
 }
 
 impl Default for Config {
@@ -80,6 +95,10 @@ impl Default for Config {
             cache_capacity: 1_000_000,
             drain_timeout: Duration::from_secs(10),
             events_retained: events::DEFAULT_RETAINED,
+            max_batches_per_client: 64,
+            client_token: None,
+            worker_token: None,
+            tls: None,
         }
     }
 }
@@ -90,6 +109,7 @@ pub struct Shared {
     config: Config,
     state: Mutex<State>,
     cache: ResultCache,
+    per_client: Arc<PerClient>,
     workers: watch::Sender<usize>,
     events: Arc<EventLog>,
     shutdown: CancellationToken,
@@ -108,6 +128,7 @@ impl Shared {
             state: Mutex::new(State::new(limits, events.clone(), Instant::now())),
             events,
             cache: ResultCache::new(config.cache_capacity),
+            per_client: PerClient::new(config.max_batches_per_client),
             workers: watch::channel(0).0,
             config,
             shutdown,
@@ -189,22 +210,40 @@ pub async fn serve(
             shared.publish_workers(0);
         }
     };
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = shared.config.tls.clone() {
+        builder = builder.tls_config(tls)?;
+    }
+    let client_auth = auth::check(shared.config.client_token.clone(), Role::Client);
+    let worker_auth = auth::check(shared.config.worker_token.clone(), Role::Worker);
+    let solver = SolverServer::new(SolverService {
+        shared: shared.clone(),
+    })
+    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let workers = WorkersServer::new(WorkersService {
+        shared: shared.clone(),
+    })
+    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    // Health stays open (probes carry no token); reflection describes the
+    // client API, so it asks for the client token like the API itself.
     let (health, health_service) = tonic_health::server::health_reporter();
     health_initial(&health).await;
     let health_task = tokio::spawn(report_health(shared.clone(), health));
     let (reflection_v1, reflection_v1alpha) = reflection();
-    let server = tonic::transport::Server::builder()
+    let server = builder
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
-        .add_service(SolverServer::new(SolverService {
-            shared: shared.clone(),
-        }))
-        .add_service(WorkersServer::new(WorkersService {
-            shared: shared.clone(),
-        }))
+        .add_service(InterceptedService::new(solver, client_auth.clone()))
+        .add_service(InterceptedService::new(workers, worker_auth))
         .add_service(health_service)
-        .add_optional_service(reflection_v1)
-        .add_optional_service(reflection_v1alpha)
+        .add_optional_service(
+            reflection_v1.map(|r| InterceptedService::new(r, client_auth.clone())),
+        )
+        .add_optional_service(
+            reflection_v1alpha.map(|r| InterceptedService::new(r, client_auth.clone())),
+        )
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), closer);
     tokio::pin!(server);
     let result = tokio::select! {
@@ -355,14 +394,18 @@ struct Admitted {
     guard: BatchGuard,
     /// Reports the request's results and end to watchers.
     events: BatchEvents,
+    /// The request's place among its client's requests in flight.
+    slot: Slot,
 }
 
 impl SolverService {
-    /// Admits a request's puzzles; `request` names the RPC for watchers.
+    /// Admits a request's puzzles; `request` names the RPC for watchers,
+    /// `peer` is the client's address (for the per-client limit).
     async fn admit(
         &self,
         puzzles: Vec<v1::Puzzle>,
         request: &str,
+        peer: Option<std::net::IpAddr>,
     ) -> Result<Admitted, ServerError> {
         let shared = &self.shared;
         if shared.shutdown.is_cancelled() {
@@ -374,12 +417,14 @@ impl SolverService {
                 limit: shared.config.max_batch,
             });
         }
+        let slot = shared.per_client.acquire(peer)?;
         let total = puzzles.len();
+        let parsed = batch_from_wire(&puzzles)?;
         let mut ready = Vec::new();
         let mut tasks = Vec::new();
-        for (index, wire) in puzzles.into_iter().enumerate() {
+        for (index, (wire, parsed)) in puzzles.into_iter().zip(parsed).enumerate() {
             let index = index as u64;
-            match puzzle_from_wire(&wire) {
+            match parsed {
                 Err(e) => ready.push(v1::PuzzleResult::invalid(index, &e)),
                 Ok(puzzle) => match shared.cache.get(&puzzle) {
                     Some(a) => ready.push(v1::PuzzleResult {
@@ -420,6 +465,7 @@ impl SolverService {
                 batch,
             },
             events: BatchEvents::accept(shared.events.clone(), total, request),
+            slot,
         })
     }
 
@@ -446,6 +492,7 @@ impl Solver for SolverService {
     ) -> Result<Response<v1::PuzzleResult>, Status> {
         // tonic drops this future when the deadline passes; the guard then
         // cancels the work.
+        let peer = request.remote_addr().map(|a| a.ip());
         let puzzle = request
             .into_inner()
             .puzzle
@@ -453,7 +500,7 @@ impl Solver for SolverService {
         if let Err(e) = puzzle_from_wire(&puzzle) {
             return Err(ServerError::from(e).into());
         }
-        let mut admitted = self.admit(vec![puzzle], "solve").await?;
+        let mut admitted = self.admit(vec![puzzle], "solve", peer).await?;
         let result = match admitted.ready.pop() {
             Some(result) => Ok(result),
             None => match admitted.rx.recv().await {
@@ -488,8 +535,9 @@ impl Solver for SolverService {
         request: Request<v1::SolveBatchRequest>,
     ) -> Result<Response<ResultStream>, Status> {
         let deadline = grpc_timeout(request.metadata()).map(|t| tokio::time::Instant::now() + t);
+        let peer = request.remote_addr().map(|a| a.ip());
         let request = request.into_inner();
-        let admitted = self.admit(request.puzzles, "solve_batch").await?;
+        let admitted = self.admit(request.puzzles, "solve_batch", peer).await?;
         tracing::debug!(
             puzzles = admitted.total,
             ready = admitted.ready.len(),
@@ -583,6 +631,7 @@ async fn forward(
         total,
         guard,
         mut events,
+        slot,
     } = admitted;
     let mut held = BTreeMap::new();
     let mut next = 0u64;
@@ -646,6 +695,7 @@ async fn forward(
     // Otherwise the client went away (or an error ended the stream, already
     // reported): dropping `events` says so.
     drop(guard);
+    drop(slot);
 }
 
 /// Reads the `grpc-timeout` header (`<digits><unit>`, unit one of H M S m u n).
