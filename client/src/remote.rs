@@ -88,11 +88,18 @@ impl ClientError {
     fn lost_if_gone(self, url: &str, received: usize, total: usize) -> ClientError {
         match self {
             ClientError::Status(status) if connection_gone(&status) => {
+                let mut reason = status_reason(&status);
+                // Plaintext HTTP/2 against a TLS port fails on the first
+                // request (garbled frames, or the server hangs up), not at
+                // connect time; before any result, mention that case.
+                if received == 0 {
+                    reason.push_str(connect_hint(url));
+                }
                 ClientError::ConnectionLost {
                     url: url.to_string(),
                     received,
                     total,
-                    reason: status_reason(&status),
+                    reason,
                 }
             }
             other => other,

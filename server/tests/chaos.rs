@@ -210,7 +210,7 @@ async fn coordinator_restart(signal: &str, seed: u64) {
     wait_metric(&c2.http, "workers", |n| n == 2).await;
     // Nothing survived the restart.
     assert_eq!(metric(&c2.http, "pending"), 0);
-    assert_eq!(metric(&c2.http, "cache_entries"), 0);
+    assert_eq!(metric(&c2.http, "result_cache_entries"), 0);
     assert_eq!(metric(&c2.http, "solved_total"), 0);
 
     let received = Arc::new(AtomicUsize::new(0));
