@@ -14,19 +14,11 @@ use colball_proto::v1::{self, puzzle_result};
 use colball_server::coordinator::Config;
 use colball_server::testing::LocalCluster;
 use colball_server::worker::WorkerError;
-use common::{FakeWorker, four_by_four, mixed};
+use common::{FakeWorker, four_by_four, mixed, quick};
 use tokio_stream::StreamExt;
 use tonic::Code;
 
 const WAIT: Duration = Duration::from_secs(10);
-
-fn quick() -> Config {
-    Config {
-        heartbeat_interval: Duration::from_millis(100),
-        worker_grace: Duration::from_secs(5),
-        ..Config::default()
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batches_match_in_process_answers_each_exactly_once() {

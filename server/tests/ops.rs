@@ -16,20 +16,12 @@ use colball_proto::v1::solver_client::SolverClient;
 use colball_proto::v1::{self, ClusterEvent};
 use colball_server::coordinator::Config;
 use colball_server::testing::LocalCluster;
-use common::mixed;
+use common::{mixed, quick};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_stream::StreamExt;
 use tonic::Code;
 
 const WAIT: Duration = Duration::from_secs(10);
-
-fn quick() -> Config {
-    Config {
-        heartbeat_interval: Duration::from_millis(100),
-        worker_grace: Duration::from_secs(5),
-        ..Config::default()
-    }
-}
 
 /// `GET path` over HTTP/1.0: the status code and the body.
 async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
@@ -45,6 +37,12 @@ async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
     let code = text.split_whitespace().nth(1).unwrap().parse().unwrap();
     let body = text.split_once("\r\n\r\n").unwrap().1.to_string();
     (code, body)
+}
+
+/// Solves `puzzles` as one batch; how many results came back.
+async fn results(client: &mut Client, puzzles: &[(String, colball_solver::Puzzle)]) -> usize {
+    let stream = client.solve_stream(puzzles, false).await.unwrap();
+    stream.collect::<Vec<_>>().await.len()
 }
 
 /// Every sample of a Prometheus text body: `name{labels}` -> value.
@@ -176,13 +174,7 @@ async fn a_resume_point_that_is_gone_is_out_of_range_with_the_retained_range() {
     let cluster = LocalCluster::start(config, 1, 1).await.unwrap();
     let (puzzles, _) = mixed(4, 30, 100);
     let mut client = Client::connect(&cluster.url()).await.unwrap();
-    let n = client
-        .solve_stream(&puzzles, false)
-        .await
-        .unwrap()
-        .collect::<Vec<_>>()
-        .await
-        .len();
+    let n = results(&mut client, &puzzles).await;
     assert_eq!(n, 30);
     let newest = cluster.shared.traffic().newest_sequence;
     assert!(newest > 30, "a join, an accept, 30 results, a finish");
@@ -239,13 +231,7 @@ async fn metrics_and_probes_follow_the_cluster() {
     let mut client = Client::connect(&cluster.url()).await.unwrap();
     for _ in 0..2 {
         // The second time, every puzzle comes from the result cache.
-        let n = client
-            .solve_stream(&puzzles, false)
-            .await
-            .unwrap()
-            .collect::<Vec<_>>()
-            .await
-            .len();
+        let n = results(&mut client, &puzzles).await;
         assert_eq!(n, 300);
     }
     let (code, body) = get(http, "/metrics").await;

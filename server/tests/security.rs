@@ -14,19 +14,11 @@ use colball_proto::{MAX_ID_BYTES, MAX_MESSAGE_BYTES, Secret};
 use colball_server::coordinator::Config;
 use colball_server::testing::LocalCluster;
 use colball_server::worker::WorkerError;
-use common::{FakeWorker, Pki, four_by_four, mixed};
+use common::{FakeWorker, Pki, four_by_four, mixed, quick};
 use tokio_stream::StreamExt;
 use tonic::Code;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-fn quick() -> Config {
-    Config {
-        heartbeat_interval: Duration::from_millis(100),
-        worker_grace: Duration::from_secs(5),
-        ..Config::default()
-    }
-}
 
 fn secret(s: &str) -> Secret {
     Secret::new(s, "test").unwrap()

@@ -24,7 +24,7 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use super::{Admitted, SolverService, grpc_timeout};
+use super::{Admitted, SolverService, expire_at, grpc_timeout};
 use crate::error::ServerError;
 
 /// The stream of a Grade call.
@@ -88,12 +88,7 @@ async fn judge(
     } = admitted;
     let mut decided = vec![false; total];
     let mut sent = 0usize;
-    let expire = async {
-        match deadline {
-            Some(d) => tokio::time::sleep_until(d).await,
-            None => std::future::pending().await,
-        }
-    };
+    let expire = expire_at(deadline);
     tokio::pin!(expire);
     let mut ready = ready.into_iter();
     let failure = loop {

@@ -636,12 +636,7 @@ async fn forward(
     let mut held = BTreeMap::new();
     let mut next = 0u64;
     let mut sent = 0usize;
-    let expire = async {
-        match deadline {
-            Some(d) => tokio::time::sleep_until(d).await,
-            None => std::future::pending().await,
-        }
-    };
+    let expire = expire_at(deadline);
     tokio::pin!(expire);
     let mut incoming = ready.into_iter().map(Ok).collect::<Vec<_>>();
     incoming.reverse();
@@ -696,6 +691,14 @@ async fn forward(
     // reported): dropping `events` says so.
     drop(guard);
     drop(slot);
+}
+
+/// Completes when `deadline` passes; never without one.
+async fn expire_at(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Reads the `grpc-timeout` header (`<digits><unit>`, unit one of H M S m u n).

@@ -20,6 +20,16 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 
+/// A coordinator config for tests: heartbeats every 100 ms (a lost worker
+/// is noticed within a few hundred ms) and a 5 s wait for a first worker.
+pub fn quick() -> colball_server::coordinator::Config {
+    colball_server::coordinator::Config {
+        heartbeat_interval: Duration::from_millis(100),
+        worker_grace: Duration::from_secs(5),
+        ..colball_server::coordinator::Config::default()
+    }
+}
+
 /// `n` puzzles of mixed sizes (mostly small, every `four_every`-th 4x4),
 /// named `p1..`, with their answers from an in-process search.
 pub fn mixed(seed: u64, n: usize, four_every: usize) -> (Vec<(String, Puzzle)>, Vec<i64>) {
