@@ -18,13 +18,22 @@ mod proxy;
 
 use common::run as colball;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lost_coordinator_connection_fails_the_command_with_resubmit_advice() {
+/// A cluster of two workers behind a proxy, and `colball solve --connect`
+/// on 3000 4x4 puzzles (from `seed`) through it, once 100 are solved.
+async fn solving_through_a_proxy(
+    seed: u64,
+) -> (
+    LocalCluster,
+    proxy::Proxy,
+    String,
+    tokio::task::JoinHandle<std::process::Output>,
+) {
     let cluster = LocalCluster::start(Config::default(), 2, 1).await.unwrap();
     assert!(cluster.wait_for_workers(2, Duration::from_secs(20)).await);
     let proxy = proxy::Proxy::start(cluster.addr).await.unwrap();
+    let seed = seed.to_string();
     let generated = colball(
-        &["gen", "--size", "4x4", "--count", "3000", "--seed", "17"],
+        &["gen", "--size", "4x4", "--count", "3000", "--seed", &seed],
         None,
         b"",
     );
@@ -39,6 +48,12 @@ async fn a_lost_coordinator_connection_fails_the_command_with_resubmit_advice() 
         assert!(Instant::now() < deadline, "no progress");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    (cluster, proxy, url, command)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_coordinator_connection_fails_the_command_with_resubmit_advice() {
+    let (cluster, proxy, url, command) = solving_through_a_proxy(17).await;
     assert!(proxy.cut() > 0);
     let out = tokio::time::timeout(Duration::from_secs(20), command)
         .await
@@ -60,25 +75,7 @@ async fn a_lost_coordinator_connection_fails_the_command_with_resubmit_advice() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_coordinator_fails_the_command_within_the_keepalive_timeout() {
-    let cluster = LocalCluster::start(Config::default(), 2, 1).await.unwrap();
-    assert!(cluster.wait_for_workers(2, Duration::from_secs(20)).await);
-    let proxy = proxy::Proxy::start(cluster.addr).await.unwrap();
-    let generated = colball(
-        &["gen", "--size", "4x4", "--count", "3000", "--seed", "18"],
-        None,
-        b"",
-    );
-    assert!(generated.status.success());
-    let url = proxy.url();
-    let command = tokio::task::spawn_blocking({
-        let url = url.clone();
-        move || colball(&["solve", "--connect", &url], None, &generated.stdout)
-    });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while cluster.shared.snapshot().0.counters.solved < 100 {
-        assert!(Instant::now() < deadline, "no progress");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let (cluster, proxy, url, command) = solving_through_a_proxy(18).await;
     // Nothing is closed and nothing arrives: only the client's HTTP/2
     // pings (every 10 s, 20 s to answer) can tell.
     proxy.freeze();
