@@ -505,6 +505,10 @@ fn submit(pool: &Pool, session: u64, task: v1::Task) -> Option<v1::TaskResult> {
             });
         }
     };
+    if task.target_share > 0 {
+        // The coordinator saw more of this target than we will at once.
+        pool.engine.hint_target_count(&puzzle, task.target_share);
+    }
     match pool.jobs.try_send(Job {
         session,
         task_id,

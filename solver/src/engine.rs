@@ -203,6 +203,19 @@ impl Engine {
         }
     }
 
+    /// Tells the engine that about `count` puzzles with `puzzle`'s target
+    /// are on their way, when whoever holds the whole batch knows more than
+    /// the puzzles announced so far (a worker is sent a few at a time): the
+    /// target's announced count is raised to at least `count`.
+    pub fn hint_target_count(&self, puzzle: &Puzzle, count: u64) {
+        if self.config.strategy != Strategy::Auto {
+            return;
+        }
+        let (target, _) = canonical_target(puzzle.target());
+        let mut n = self.demand.entry(table_key(target)).or_insert(0);
+        *n = (*n).max(count);
+    }
+
     /// Cache counters.
     pub fn stats(&self) -> CacheStats {
         cache::stats(&self.solutions, &self.tables)
@@ -447,5 +460,36 @@ mod tests {
         }
         assert_eq!(solver.solve(&lone).method, Method::Bidir);
         assert_eq!(engine.stats().table_builds, 1);
+    }
+
+    #[test]
+    fn a_hinted_count_raises_a_target_s_demand_but_never_lowers_it() {
+        let size = Size::new(3, 3).unwrap();
+        let mut g = Generator::new(25);
+        let engine = Engine::new(EngineConfig::default());
+        let mut solver = Solver::new(engine.clone());
+        let target = g.board(size);
+        let first = Puzzle::new(g.board(size), target).unwrap();
+        // Announced alone, one puzzle is not worth a table.
+        engine.announce([&first]);
+        assert_ne!(solver.solve(&first).method, Method::Table);
+        // A hint that enough of them are coming is.
+        let next = Puzzle::new(g.board(size), target).unwrap();
+        engine.announce([&next]);
+        engine.hint_target_count(&next, break_even(size));
+        assert_eq!(solver.solve(&next).method, Method::Table);
+        let (key, _) = canonical_target(target);
+        engine.hint_target_count(&next, 1);
+        assert_eq!(
+            engine.demand.get(&table_key(key)).map(|n| *n),
+            Some(break_even(size))
+        );
+        // Only `auto` counts demand.
+        let bidir = Engine::new(EngineConfig {
+            strategy: Strategy::Bidir,
+            ..EngineConfig::default()
+        });
+        bidir.hint_target_count(&next, 1_000_000);
+        assert!(bidir.demand.is_empty());
     }
 }

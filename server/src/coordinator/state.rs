@@ -12,7 +12,10 @@
 //! - a task's result reaches its batch at most once: the first result
 //!   removes the task, later ones (from a re-dispatch) find nothing;
 //! - a task is dispatched at most `max_attempts` times; after that it gets
-//!   an error result.
+//!   an error result;
+//! - a puzzle that occurs more than once in one batch is one task: its
+//!   copies get the task's result (or error) under their own ids, without
+//!   being dispatched.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -49,6 +52,11 @@ struct Task {
     puzzle: Puzzle,
     attempts: u32,
     worker: Option<u64>,
+    /// Later occurrences of the same puzzle in the batch: (index, id).
+    copies: Vec<(u64, String)>,
+    /// The wire `Task.target_share` hint: how many puzzles with this
+    /// target each worker can expect from the batch (0: none).
+    target_share: u64,
 }
 
 #[derive(Debug)]
@@ -206,9 +214,22 @@ impl State {
             });
         }
         let batch = self.fresh_id();
+        let remaining = tasks.len();
+        // Puzzles per target, spread over the workers there are now.
+        let mut targets: HashMap<colball_solver::Board, u64> = HashMap::new();
+        for t in &tasks {
+            *targets.entry(t.puzzle.target()).or_insert(0) += 1;
+        }
+        let workers = self.workers.len().max(1) as u64;
         let mut ids = Vec::with_capacity(tasks.len());
+        let mut first: HashMap<Puzzle, u64> = HashMap::with_capacity(tasks.len());
         for t in tasks {
+            if let Some(leader) = first.get(&t.puzzle).and_then(|id| self.tasks.get_mut(id)) {
+                leader.copies.push((t.index, t.id));
+                continue;
+            }
             let id = self.fresh_id();
+            first.insert(t.puzzle, id);
             self.tasks.insert(
                 id,
                 Task {
@@ -218,6 +239,11 @@ impl State {
                     puzzle: t.puzzle,
                     attempts: 0,
                     worker: None,
+                    copies: Vec::new(),
+                    target_share: match targets.get(&t.puzzle.target()) {
+                        Some(&n) if n > 1 => n.div_ceil(workers),
+                        _ => 0,
+                    },
                 },
             );
             self.queue.push_back(id);
@@ -227,7 +253,7 @@ impl State {
             batch,
             Batch {
                 tx,
-                remaining: ids.len(),
+                remaining,
                 tasks: ids,
             },
         );
@@ -351,18 +377,16 @@ impl State {
             };
             task.worker = None;
             if task.attempts >= self.limits.max_attempts {
-                let message = format!(
-                    "puzzle {:?}: gave up after {} attempts: every worker that took it was lost",
-                    task.id, task.attempts
-                );
-                let (result, batch) = (
-                    v1::PuzzleResult::failed(task.id.clone(), task.index, message),
-                    task.batch,
-                );
-                self.tasks.remove(&id);
-                self.counters.failed += 1;
-                failed += 1;
-                self.deliver(batch, result);
+                let attempts = task.attempts;
+                if let Some(task) = self.tasks.remove(&id) {
+                    self.counters.failed += 1;
+                    failed += 1;
+                    self.fail(task, |id| {
+                        format!(
+                            "puzzle {id:?}: gave up after {attempts} attempts: every worker that took it was lost"
+                        )
+                    });
+                }
             } else {
                 self.counters.redispatched += 1;
                 redispatched += 1;
@@ -431,17 +455,32 @@ impl State {
                         },
                     );
                     self.counters.solved += 1;
+                    let solved = v1::Solved {
+                        moves: s.moves,
+                        solution: s.solution,
+                        strategy: s.strategy,
+                        worker: worker_name,
+                        time_us: s.time_us,
+                        cached: false,
+                    };
+                    // Copies were answered without a solve of their own.
+                    let copy = v1::Solved {
+                        time_us: 0,
+                        cached: true,
+                        ..solved.clone()
+                    };
+                    for (index, id) in task.copies {
+                        let result = v1::PuzzleResult {
+                            id,
+                            index,
+                            outcome: Some(puzzle_result::Outcome::Solved(copy.clone())),
+                        };
+                        self.deliver(task.batch, result);
+                    }
                     let result = v1::PuzzleResult {
                         id: task.id,
                         index: task.index,
-                        outcome: Some(puzzle_result::Outcome::Solved(v1::Solved {
-                            moves: s.moves,
-                            solution: s.solution,
-                            strategy: s.strategy,
-                            worker: worker_name,
-                            time_us: s.time_us,
-                            cached: false,
-                        })),
+                        outcome: Some(puzzle_result::Outcome::Solved(solved)),
                     };
                     self.deliver(task.batch, result);
                 }
@@ -450,11 +489,9 @@ impl State {
                 if let Some(task) = self.tasks.remove(&task_id) {
                     tracing::warn!(worker = %worker_name, puzzle = %task.id, %message, "worker failed a puzzle");
                     self.counters.failed += 1;
-                    let message = format!("puzzle {:?}: worker {worker_name}: {message}", task.id);
-                    self.deliver(
-                        task.batch,
-                        v1::PuzzleResult::failed(task.id, task.index, message),
-                    );
+                    self.fail(task, |id| {
+                        format!("puzzle {id:?}: worker {worker_name}: {message}")
+                    });
                 }
             }
         }
@@ -501,6 +538,17 @@ impl State {
         self.tasks.clear();
         self.queue.clear();
         self.workers.clear();
+    }
+
+    /// Sends a task's batch an error result for the task and for each copy
+    /// of its puzzle; `message` is given the id of each.
+    fn fail(&mut self, task: Task, message: impl Fn(&str) -> String) {
+        for (index, id) in task.copies {
+            let result = v1::PuzzleResult::failed(id.clone(), index, message(&id));
+            self.deliver(task.batch, result);
+        }
+        let result = v1::PuzzleResult::failed(task.id.clone(), task.index, message(&task.id));
+        self.deliver(task.batch, result);
     }
 
     /// Sends a batch one result; the batch ends after its last.
@@ -555,6 +603,7 @@ impl State {
                     chunk.push(v1::Task {
                         task_id: id,
                         puzzle: Some(colball_proto::puzzle_to_wire(task.id.clone(), &task.puzzle)),
+                        target_share: task.target_share,
                     });
                 }
                 if chunk.is_empty() {
@@ -716,6 +765,80 @@ mod tests {
             panic!("expected a cancel")
         };
         assert_eq!(c.task_ids, running);
+    }
+
+    /// Tasks 0..n where the puzzles at `repeats` are copies of puzzle 0.
+    fn tasks_with_repeats(n: usize, repeats: &[usize]) -> Vec<NewTask> {
+        let mut t = tasks(n);
+        for &i in repeats {
+            t[i].puzzle = t[0].puzzle;
+        }
+        t
+    }
+
+    fn received(brx: &mut mpsc::Receiver<BatchEvent>) -> Vec<v1::PuzzleResult> {
+        let mut results = Vec::new();
+        while let Ok(r) = brx.try_recv() {
+            results.push(r.unwrap());
+        }
+        results.sort_by_key(|r| r.index);
+        results
+    }
+
+    #[test]
+    fn a_puzzle_repeated_in_a_batch_is_solved_once_and_answered_for_each_copy() {
+        let now = Instant::now();
+        let mut s = State::new(limits(), Arc::new(EventLog::new(100)), now);
+        let (wtx, mut wrx) = mpsc::channel(16);
+        let w = s.add_worker("w".into(), 8, wtx, now);
+        let (btx, mut brx) = mpsc::channel(6);
+        s.admit(tasks_with_repeats(6, &[2, 5]), btx).unwrap();
+        let held = assigned(&mut wrx);
+        assert_eq!(held.len(), 4, "copies are not dispatched");
+        assert_eq!(s.snapshot().pending, 4);
+        let cache = ResultCache::new(0);
+        for id in held {
+            s.on_result(w, solved(id), &cache).unwrap();
+        }
+        let results = received(&mut brx);
+        let indexes: Vec<u64> = results.iter().map(|r| r.index).collect();
+        assert_eq!(indexes, vec![0, 1, 2, 3, 4, 5]);
+        for r in &results {
+            assert_eq!(r.id, format!("p{}", r.index), "each copy keeps its own id");
+            let Some(puzzle_result::Outcome::Solved(solved)) = &r.outcome else {
+                panic!("expected an answer: {r:?}");
+            };
+            assert_eq!(solved.cached, [2, 5].contains(&r.index), "{r:?}");
+        }
+        assert_eq!(s.snapshot().counters.solved, 4);
+        assert_eq!(
+            s.snapshot().batches,
+            0,
+            "the batch ended with its last copy"
+        );
+    }
+
+    #[test]
+    fn copies_of_a_puzzle_that_fails_fail_too() {
+        let now = Instant::now();
+        let mut s = State::new(limits(), Arc::new(EventLog::new(100)), now);
+        let (btx, mut brx) = mpsc::channel(3);
+        s.admit(tasks_with_repeats(3, &[1, 2]), btx).unwrap();
+        for round in 0..3 {
+            let (wtx, mut wrx) = mpsc::channel(16);
+            let w = s.add_worker(format!("w{round}"), 1, wtx, now);
+            assert_eq!(assigned(&mut wrx).len(), 1);
+            s.lose_worker(w, "killed", now);
+        }
+        let results = received(&mut brx);
+        assert_eq!(results.len(), 3);
+        for r in &results {
+            let Some(puzzle_result::Outcome::Error(e)) = &r.outcome else {
+                panic!("expected an error result: {r:?}");
+            };
+            assert!(e.message.contains(&format!("{:?}", r.id)), "{}", e.message);
+            assert!(e.message.contains("3 attempts"), "{}", e.message);
+        }
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Seed corpora and their mutations, shared by the fuzz-style property
-//! tests of the parsers (`parse_fuzz.rs`) and of the wire conversions
+//! tests of the parsers (`integration/parse_fuzz.rs`) and of the wire conversions
 //! (`proto/tests/wire_fuzz.rs`, which includes this file by path).
 
 use proptest::prelude::*;

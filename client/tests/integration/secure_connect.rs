@@ -2,8 +2,6 @@
 //! in-process TLS cluster that requires a client token, and the errors a
 //! user sees when a piece is missing.
 
-#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
-
 use std::path::PathBuf;
 
 use colball_proto::Secret;
@@ -12,9 +10,7 @@ use colball_server::testing::LocalCluster;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 
-mod common;
-
-use common::run as colball;
+use crate::common::run as colball;
 
 const INPUT: &[u8] =
     b"2 2\nBB\nBR\nBB\nRR\n3 3\nRRR\nBBB\nRBR\nRBR\nBRG\nGGR\n2 2\nRB\nBG\nBR\nGB\n0\n";

@@ -1,17 +1,13 @@
 //! The real binaries with tokens and TLS: flags, files and environment
 //! variables; a refused worker exits non-zero at once; bad files are named.
 
-#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
-
-mod common;
-
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common::{Pki, mixed};
 use colball_client::remote::{Client, Security};
 use colball_proto::Secret;
-use common::{Pki, mixed};
 use tokio_stream::StreamExt;
 
 const WAIT: Duration = Duration::from_secs(20);

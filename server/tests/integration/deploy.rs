@@ -4,8 +4,6 @@
 //! flag parser (a renamed or removed flag fails here). The local-cluster
 //! script is run end to end by `.ci/run`.
 
-#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

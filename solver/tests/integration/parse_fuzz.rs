@@ -1,11 +1,7 @@
 //! No input bytes make the parsers panic, and every error names a real line.
 
-#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
-
-mod mutate;
-
+use crate::mutate::{mutate, mutation};
 use colball_solver::format::{classic, jsonl};
-use mutate::{mutate, mutation};
 use proptest::prelude::*;
 
 fn line_count(input: &[u8]) -> usize {
@@ -78,7 +74,7 @@ proptest! {
 
 fn corpus() -> Vec<(String, Vec<u8>)> {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/corpus");
-    mutate::corpus(&dir, 6)
+    crate::mutate::corpus(&dir, 6)
 }
 
 /// Runs both parsers on `input`; every error names a line of the input

@@ -3,8 +3,6 @@
 //! transformations that look like symmetries but are not (a mirror alone, a
 //! colour swap alone) are shown to change some answers.
 
-#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
-
 use colball_solver::generate::Generator;
 use colball_solver::symmetry::Symmetry;
 use colball_solver::{

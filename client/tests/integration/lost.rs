@@ -4,19 +4,13 @@
 //! must be resubmitted. The break is made by a TCP proxy between the
 //! command and an in-process cluster, which drops every connection.
 
-#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
-
 use std::time::{Duration, Instant};
 
 use colball_server::coordinator::Config;
 use colball_server::testing::LocalCluster;
 
-mod common;
-#[allow(dead_code)]
-#[path = "../../server/tests/common/proxy.rs"]
-mod proxy;
-
-use common::run as colball;
+use crate::common::run as colball;
+use crate::proxy;
 
 /// A cluster of two workers behind a proxy, and `colball solve --connect`
 /// on 3000 4x4 puzzles (from `seed`) through it, once 100 are solved.

@@ -5,8 +5,6 @@
 //! the puzzle statement, and runs a textbook breadth-first search over a
 //! `HashMap`. It is slow and simple on purpose.
 
-#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
-
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 

@@ -10,21 +10,17 @@
 //!   error instead of a hang, the workers reconnect on their own, and
 //!   resubmitting completes the batch.
 
-#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
-
-mod common;
-
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::common::four_by_four;
+use crate::common::procs::{self, Stderr, metric, wait_metric};
+use crate::common::proxy::Proxy;
 use colball_client::remote::{self, Client, ClientError, RemoteSolved, SolveError};
 use colball_solver::{BidirSearch, Puzzle, Solution, apply_moves};
-use common::four_by_four;
-use common::procs::{self, Stderr, metric, wait_metric};
-use common::proxy::Proxy;
 use tokio_stream::StreamExt;
 
 const BIN: &str = env!("CARGO_BIN_EXE_colball-server");

@@ -1,14 +1,10 @@
 //! `colball solve --connect` against an in-process cluster on loopback:
 //! the same output as the in-process mode.
 
-#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
-
 use colball_server::coordinator::Config;
 use colball_server::testing::LocalCluster;
 
-mod common;
-
-use common::run as colball;
+use crate::common::run as colball;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_prints_what_in_process_prints() {

@@ -2,18 +2,14 @@
 //! as a line, resuming from a sequence number, and a clear error when the
 //! resume point is gone.
 
-#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
-
 use colball_server::coordinator::Config;
 use colball_server::testing::LocalCluster;
-
-mod common;
 
 /// Runs `colball ARGS` off the async threads, so the cluster keeps serving.
 async fn colball(args: Vec<String>) -> std::process::Output {
     tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        common::run(&args, None, b"")
+        crate::common::run(&args, None, b"")
     })
     .await
     .unwrap()
@@ -27,14 +23,14 @@ fn args(list: &[&str]) -> Vec<String> {
 async fn watch_prints_every_event_and_resumes_from_a_sequence_number() {
     let cluster = LocalCluster::start(Config::default(), 1, 1).await.unwrap();
     let url = cluster.url();
-    let generated = common::run(
+    let generated = crate::common::run(
         &["gen", "--size", "3x3", "--count", "25", "--seed", "4"],
         None,
         b"",
     );
     let solved = tokio::task::spawn_blocking({
         let url = url.clone();
-        move || common::run(&["solve", "--connect", &url], None, &generated.stdout)
+        move || crate::common::run(&["solve", "--connect", &url], None, &generated.stdout)
     })
     .await
     .unwrap();

@@ -1,20 +1,19 @@
 //! The cluster in-process: a coordinator and workers on loopback (see
 //! `colball_server::testing`), driven through the typed client.
 
-#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
-
-mod common;
-
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use crate::common::{FakeWorker, four_by_four, mixed, quick};
 use colball_client::remote::{Client, ClientError};
 use colball_proto::v1::solver_client::SolverClient;
 use colball_proto::v1::{self, puzzle_result};
 use colball_server::coordinator::Config;
 use colball_server::testing::LocalCluster;
 use colball_server::worker::WorkerError;
-use common::{FakeWorker, four_by_four, mixed, quick};
+use colball_solver::engine::break_even;
+use colball_solver::generate::Generator;
+use colball_solver::{BidirSearch, Puzzle, Size};
 use tokio_stream::StreamExt;
 use tonic::Code;
 
@@ -54,6 +53,60 @@ async fn batches_match_in_process_answers_each_exactly_once() {
         next += 1;
     }
     assert_eq!(next, puzzles.len());
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_puzzle_repeated_in_one_batch_is_dispatched_once() {
+    let cluster = LocalCluster::start(quick(), 2, 1).await.unwrap();
+    let (distinct, answers) = mixed(13, 4, 2);
+    // Every puzzle ten times, interleaved, each copy with its own id.
+    let puzzles: Vec<_> = (0..40)
+        .map(|i| (format!("copy{i}"), distinct[i % 4].1))
+        .collect();
+    let mut client = Client::connect(&cluster.url()).await.unwrap();
+    let mut stream = client.solve_stream(&puzzles, true).await.unwrap();
+    let mut next = 0;
+    while let Some(r) = stream.next().await {
+        let r = r.unwrap();
+        assert_eq!(r.index, next);
+        assert_eq!(r.id, format!("copy{next}"));
+        assert_eq!(r.solution.answer(), answers[next % 4]);
+        assert_eq!(r.cached, next >= 4, "only the first of each is solved");
+        next += 1;
+    }
+    assert_eq!(next, 40);
+    assert_eq!(cluster.shared.snapshot().0.counters.solved, 4);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_shared_across_a_batch_gets_its_table_at_once() {
+    let cluster = LocalCluster::start(quick(), 1, 1).await.unwrap();
+    let size = Size::new(3, 4).unwrap();
+    let mut g = Generator::new(41);
+    let target = g.board(size);
+    // Enough to pay for a table; the worker is sent only a few at a time.
+    let puzzles: Vec<(String, Puzzle)> = (0..break_even(size) + 50)
+        .map(|i| (format!("s{i}"), Puzzle::new(g.board(size), target).unwrap()))
+        .collect();
+    let mut search = BidirSearch::new();
+    let mut client = Client::connect(&cluster.url()).await.unwrap();
+    let mut stream = client.solve_stream(&puzzles, false).await.unwrap();
+    let mut by_strategy: HashMap<String, usize> = HashMap::new();
+    while let Some(r) = stream.next().await {
+        let r = r.unwrap();
+        let expected = search.solve(&puzzles[r.index].1).answer();
+        assert_eq!(r.solution.answer(), expected, "{}", r.id);
+        *by_strategy.entry(r.strategy).or_default() += 1;
+    }
+    // Without the coordinator's hint the worker would count the target up
+    // to the break-even itself, solving that many by search first.
+    assert!(
+        by_strategy.keys().all(|s| s == "table" || s == "cache"),
+        "{by_strategy:?}"
+    );
+    assert!(by_strategy["table"] > puzzles.len() / 2, "{by_strategy:?}");
     cluster.shutdown().await;
 }
 

@@ -2,21 +2,17 @@
 //! `/metrics`, `/healthz`, `/readyz`, the dashboard's status stream, gRPC
 //! health checking and server reflection.
 
-#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
-
-mod common;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::common::{mixed, quick};
 use colball_client::remote::Client;
 use colball_proto::v1::cluster_event::Kind;
 use colball_proto::v1::solver_client::SolverClient;
 use colball_proto::v1::{self, ClusterEvent};
 use colball_server::coordinator::Config;
 use colball_server::testing::LocalCluster;
-use common::{mixed, quick};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_stream::StreamExt;
 use tonic::Code;

@@ -1,17 +1,13 @@
 //! The `colball` binary end to end: exact output, moves, errors, generation.
 
-#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
-
 use std::path::PathBuf;
 use std::process::Output;
 
 use colball_solver::format::classic;
 use colball_solver::{apply_moves, parse_moves};
 
-mod common;
-
 fn colball(args: &[&str], stdin: &[u8]) -> Output {
-    common::run(args, None, stdin)
+    crate::common::run(args, None, stdin)
 }
 
 fn text(bytes: &[u8]) -> String {

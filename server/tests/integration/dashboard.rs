@@ -5,20 +5,16 @@
 //! Needs Chromium (`apt-get install chromium`; `.ci/run` installs it), or
 //! the browser named by `COLBALL_CHROMIUM`.
 
-#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
-
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::common::four_by_four;
 use colball_client::remote::Client;
 use colball_server::coordinator::Config;
 use colball_server::testing::LocalCluster;
-use common::four_by_four;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;

@@ -1,12 +1,9 @@
 //! Who may connect: client and worker tokens, TLS; and the coordinator's
 //! limits on what one request or one client may ask for.
 
-#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
-
-mod common;
-
 use std::time::Duration;
 
+use crate::common::{FakeWorker, Pki, four_by_four, mixed, quick};
 use colball_client::remote::{Client, ClientError, Security};
 use colball_proto::v1::solver_client::SolverClient;
 use colball_proto::v1::{self, puzzle_result};
@@ -14,7 +11,6 @@ use colball_proto::{MAX_ID_BYTES, MAX_MESSAGE_BYTES, Secret};
 use colball_server::coordinator::Config;
 use colball_server::testing::LocalCluster;
 use colball_server::worker::WorkerError;
-use common::{FakeWorker, Pki, four_by_four, mixed, quick};
 use tokio_stream::StreamExt;
 use tonic::Code;
 

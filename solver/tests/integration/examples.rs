@@ -3,8 +3,6 @@
 //! The examples live beside the repository (`../shared/examples`), not in it;
 //! on a clone without them this test says so and checks nothing else.
 
-#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
-
 use std::path::PathBuf;
 
 use colball_solver::BidirSearch;

@@ -2,8 +2,6 @@
 //! edited, every verdict, both answer formats, both report formats, exit
 //! codes, and the same grading in-process and through a cluster.
 
-#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
-
 use std::path::PathBuf;
 use std::process::Output;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,10 +10,8 @@ use colball_server::coordinator::Config;
 use colball_server::testing::LocalCluster;
 use serde_json::Value;
 
-mod common;
-
 fn colball(args: &[&str]) -> Output {
-    common::run(args, None, b"")
+    crate::common::run(args, None, b"")
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -455,7 +451,7 @@ async fn the_cluster_grades_like_in_process_and_solves_each_puzzle_once() {
     let again = {
         let (puzzles, answers, url) = (puzzles.clone(), answers.clone(), url.clone());
         tokio::task::spawn_blocking(move || {
-            common::run(
+            crate::common::run(
                 &["grade", &puzzles, &answers, "--format", "jsonl"],
                 Some(("COLBALL_CONNECT", &url)),
                 b"",

@@ -5,17 +5,13 @@
 //! coordinator's `listening ADDR` / `http ADDR` lines, and waits poll
 //! `/metrics` with a bounded deadline.
 
-#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
-
-mod common;
-
 use std::collections::HashSet;
 use std::io::Read;
 use std::path::Path;
 
+use crate::common::procs::{self, Proc, Stderr, metric, wait_metric};
+use crate::common::{four_by_four, mixed};
 use colball_client::remote::{Client, ClientError};
-use common::procs::{self, Proc, Stderr, metric, wait_metric};
-use common::{four_by_four, mixed};
 use tokio_stream::StreamExt;
 
 const BIN: &str = env!("CARGO_BIN_EXE_colball-server");

@@ -1,0 +1,18 @@
+//! The `colball` command and its library end to end, one module per
+//! subject, in one test binary (one link instead of one per file).
+//!
+//! `cargo test -p colball-client --test integration lost` runs one module.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+mod common;
+#[allow(dead_code)] // shared with the server's tests, which use all of it
+#[path = "../../../server/tests/common/proxy.rs"]
+mod proxy;
+
+mod cli;
+mod connect;
+mod grade;
+mod lost;
+mod secure_connect;
+mod watch;

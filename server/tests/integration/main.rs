@@ -1,0 +1,19 @@
+//! The server's integration tests, one module per subject, in one test
+//! binary (one link instead of one per file). `load` stays a binary of its
+//! own: it measures its own process's peak memory.
+//!
+//! `cargo test -p colball-server --test integration chaos` runs one module.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod chaos;
+mod cluster;
+mod dashboard;
+mod deploy;
+mod ops;
+mod processes;
+mod secure_processes;
+mod security;
