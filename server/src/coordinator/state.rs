@@ -724,18 +724,23 @@ mod tests {
         assert_eq!(cache.len(), 3);
     }
 
-    #[test]
-    fn attempts_are_capped_with_an_error_result() {
-        let now = Instant::now();
-        let mut s = State::new(limits(), Arc::new(EventLog::new(100)), now);
-        let (btx, mut brx) = mpsc::channel(1);
-        s.admit(tasks(1), btx).unwrap();
+    /// Three workers in turn take the one task and are lost with it.
+    fn lose_a_worker_per_attempt(s: &mut State, now: Instant) {
         for round in 0..3 {
             let (wtx, mut wrx) = mpsc::channel(16);
             let w = s.add_worker(format!("w{round}"), 1, wtx, now);
             assert_eq!(assigned(&mut wrx).len(), 1);
             s.lose_worker(w, "killed", now);
         }
+    }
+
+    #[test]
+    fn attempts_are_capped_with_an_error_result() {
+        let now = Instant::now();
+        let mut s = State::new(limits(), Arc::new(EventLog::new(100)), now);
+        let (btx, mut brx) = mpsc::channel(1);
+        s.admit(tasks(1), btx).unwrap();
+        lose_a_worker_per_attempt(&mut s, now);
         let r = brx.try_recv().unwrap().unwrap();
         let Some(puzzle_result::Outcome::Error(e)) = r.outcome else {
             panic!("expected an error result");
@@ -824,12 +829,7 @@ mod tests {
         let mut s = State::new(limits(), Arc::new(EventLog::new(100)), now);
         let (btx, mut brx) = mpsc::channel(3);
         s.admit(tasks_with_repeats(3, &[1, 2]), btx).unwrap();
-        for round in 0..3 {
-            let (wtx, mut wrx) = mpsc::channel(16);
-            let w = s.add_worker(format!("w{round}"), 1, wtx, now);
-            assert_eq!(assigned(&mut wrx).len(), 1);
-            s.lose_worker(w, "killed", now);
-        }
+        lose_a_worker_per_attempt(&mut s, now);
         let results = received(&mut brx);
         assert_eq!(results.len(), 3);
         for r in &results {
