@@ -13,9 +13,11 @@
 //!   removes the task, later ones (from a re-dispatch) find nothing;
 //! - a task is dispatched at most `max_attempts` times; after that it gets
 //!   an error result;
-//! - a puzzle that occurs more than once in one batch is one task: its
-//!   copies get the task's result (or error) under their own ids, without
-//!   being dispatched.
+//! - a puzzle is pending as at most one task: when it occurs again (in the
+//!   same batch or in another one admitted while it is pending), the new
+//!   occurrence follows the task and gets its result (or error) under its
+//!   own id, without being dispatched. A task whose batch is cancelled
+//!   carries on for its followers.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -52,11 +54,19 @@ struct Task {
     puzzle: Puzzle,
     attempts: u32,
     worker: Option<u64>,
-    /// Later occurrences of the same puzzle in the batch: (index, id).
-    copies: Vec<(u64, String)>,
+    /// Later occurrences of the same puzzle, in this batch or others.
+    followers: Vec<Follower>,
     /// The wire `Task.target_share` hint: how many puzzles with this
     /// target each worker can expect from the batch (0: none).
     target_share: u64,
+}
+
+/// An occurrence of a pending task's puzzle that waits for its result.
+#[derive(Debug)]
+struct Follower {
+    batch: u64,
+    index: u64,
+    id: String,
 }
 
 #[derive(Debug)]
@@ -135,6 +145,8 @@ pub struct State {
     next_id: u64,
     queue: VecDeque<u64>,
     tasks: HashMap<u64, Task>,
+    /// The pending task of each puzzle.
+    leaders: HashMap<Puzzle, u64>,
     batches: HashMap<u64, Batch>,
     workers: BTreeMap<u64, Worker>,
     /// When the last worker left (or the coordinator started), while none
@@ -151,6 +163,7 @@ impl State {
             next_id: 1,
             queue: VecDeque::new(),
             tasks: HashMap::new(),
+            leaders: HashMap::new(),
             batches: HashMap::new(),
             workers: BTreeMap::new(),
             no_workers_since: Some(now),
@@ -222,14 +235,18 @@ impl State {
         }
         let workers = self.workers.len().max(1) as u64;
         let mut ids = Vec::with_capacity(tasks.len());
-        let mut first: HashMap<Puzzle, u64> = HashMap::with_capacity(tasks.len());
         for t in tasks {
-            if let Some(leader) = first.get(&t.puzzle).and_then(|id| self.tasks.get_mut(id)) {
-                leader.copies.push((t.index, t.id));
+            let leader = self.leaders.get(&t.puzzle);
+            if let Some(task) = leader.and_then(|id| self.tasks.get_mut(id)) {
+                task.followers.push(Follower {
+                    batch,
+                    index: t.index,
+                    id: t.id,
+                });
                 continue;
             }
             let id = self.fresh_id();
-            first.insert(t.puzzle, id);
+            self.leaders.insert(t.puzzle, id);
             self.tasks.insert(
                 id,
                 Task {
@@ -239,7 +256,7 @@ impl State {
                     puzzle: t.puzzle,
                     attempts: 0,
                     worker: None,
-                    copies: Vec::new(),
+                    followers: Vec::new(),
                     target_share: match targets.get(&t.puzzle.target()) {
                         Some(&n) if n > 1 => n.div_ceil(workers),
                         _ => 0,
@@ -270,7 +287,22 @@ impl State {
         };
         let mut cancels: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
         for id in b.tasks {
-            if let Some(task) = self.tasks.remove(&id) {
+            let Some(task) = self.tasks.get_mut(&id) else {
+                continue;
+            };
+            let batches = &self.batches;
+            task.followers.retain(|f| batches.contains_key(&f.batch));
+            if !task.followers.is_empty() {
+                // Another request waits for this puzzle: its first
+                // follower takes the task over.
+                let heir = task.followers.remove(0);
+                (task.batch, task.index, task.id) = (heir.batch, heir.index, heir.id);
+                if let Some(b) = self.batches.get_mut(&heir.batch) {
+                    b.tasks.push(id);
+                }
+                continue;
+            }
+            if let Some(task) = self.take(id) {
                 self.counters.cancelled += 1;
                 if let Some(w) = task.worker {
                     cancels.entry(w).or_default().push(id);
@@ -378,7 +410,7 @@ impl State {
             task.worker = None;
             if task.attempts >= self.limits.max_attempts {
                 let attempts = task.attempts;
-                if let Some(task) = self.tasks.remove(&id) {
+                if let Some(task) = self.take(id) {
                     self.counters.failed += 1;
                     failed += 1;
                     self.fail(task, |id| {
@@ -444,7 +476,7 @@ impl State {
                 }
             }
             v1::task_result::Outcome::Solved(s) => {
-                if let Some(task) = self.tasks.remove(&task_id) {
+                if let Some(task) = self.take(task_id) {
                     cache.insert(
                         task.puzzle,
                         Answer {
@@ -463,19 +495,19 @@ impl State {
                         time_us: s.time_us,
                         cached: false,
                     };
-                    // Copies were answered without a solve of their own.
+                    // Followers are answered without a solve of their own.
                     let copy = v1::Solved {
                         time_us: 0,
                         cached: true,
                         ..solved.clone()
                     };
-                    for (index, id) in task.copies {
+                    for f in task.followers {
                         let result = v1::PuzzleResult {
-                            id,
-                            index,
+                            id: f.id,
+                            index: f.index,
                             outcome: Some(puzzle_result::Outcome::Solved(copy.clone())),
                         };
-                        self.deliver(task.batch, result);
+                        self.deliver(f.batch, result);
                     }
                     let result = v1::PuzzleResult {
                         id: task.id,
@@ -486,7 +518,7 @@ impl State {
                 }
             }
             v1::task_result::Outcome::Error(message) => {
-                if let Some(task) = self.tasks.remove(&task_id) {
+                if let Some(task) = self.take(task_id) {
                     tracing::warn!(worker = %worker_name, puzzle = %task.id, %message, "worker failed a puzzle");
                     self.counters.failed += 1;
                     self.fail(task, |id| {
@@ -519,9 +551,10 @@ impl State {
             return;
         }
         let waited = now.duration_since(since);
-        for (_, batch) in self.batches.drain() {
+        let batches: Vec<Batch> = self.batches.drain().map(|(_, b)| b).collect();
+        for batch in batches {
             for id in &batch.tasks {
-                self.tasks.remove(id);
+                self.take(*id);
             }
             let status: Status = ServerError::NoWorkers { waited }.into();
             let _ = batch.tx.try_send(Err(status));
@@ -536,19 +569,29 @@ impl State {
             let _ = batch.tx.try_send(Err(status.clone()));
         }
         self.tasks.clear();
+        self.leaders.clear();
         self.queue.clear();
         self.workers.clear();
     }
 
-    /// Sends a task's batch an error result for the task and for each copy
-    /// of its puzzle; `message` is given the id of each.
+    /// Sends an error result for the task and for each of its followers;
+    /// `message` is given the id of each.
     fn fail(&mut self, task: Task, message: impl Fn(&str) -> String) {
-        for (index, id) in task.copies {
-            let result = v1::PuzzleResult::failed(id.clone(), index, message(&id));
-            self.deliver(task.batch, result);
+        for f in task.followers {
+            let result = v1::PuzzleResult::failed(f.id.clone(), f.index, message(&f.id));
+            self.deliver(f.batch, result);
         }
         let result = v1::PuzzleResult::failed(task.id.clone(), task.index, message(&task.id));
         self.deliver(task.batch, result);
+    }
+
+    /// Removes a task that is done (or no longer wanted).
+    fn take(&mut self, id: u64) -> Option<Task> {
+        let task = self.tasks.remove(&id)?;
+        if self.leaders.get(&task.puzzle) == Some(&id) {
+            self.leaders.remove(&task.puzzle);
+        }
+        Some(task)
     }
 
     /// Sends a batch one result; the batch ends after its last.
@@ -821,6 +864,67 @@ mod tests {
             0,
             "the batch ended with its last copy"
         );
+    }
+
+    #[test]
+    fn a_puzzle_pending_for_one_batch_is_not_dispatched_again_for_another() {
+        let now = Instant::now();
+        let mut s = State::new(limits(), Arc::new(EventLog::new(100)), now);
+        let (wtx, mut wrx) = mpsc::channel(16);
+        let w = s.add_worker("w".into(), 8, wtx, now);
+        let (atx, mut arx) = mpsc::channel(3);
+        let a = s.admit(tasks(3), atx).unwrap();
+        let held = assigned(&mut wrx);
+        assert_eq!(held.len(), 3);
+        // The same puzzles from another client: nothing new to dispatch.
+        let (btx, mut brx) = mpsc::channel(3);
+        s.admit(tasks(3), btx).unwrap();
+        assert!(assigned(&mut wrx).is_empty());
+        assert_eq!(s.snapshot().pending, 3);
+        // The first client goes away: the tasks carry on for the second,
+        // and the worker is told to cancel nothing.
+        s.cancel_batch(a);
+        assert!(wrx.try_recv().is_err(), "nothing may be cancelled");
+        assert_eq!(s.snapshot().pending, 3);
+        let cache = ResultCache::new(0);
+        for id in held {
+            s.on_result(w, solved(id), &cache).unwrap();
+        }
+        let results = received(&mut brx);
+        let indexes: Vec<u64> = results.iter().map(|r| r.index).collect();
+        assert_eq!(indexes, vec![0, 1, 2]);
+        assert!(arx.try_recv().is_err(), "the cancelled batch gets nothing");
+        assert_eq!(s.snapshot().pending, 0);
+        assert_eq!(s.snapshot().batches, 0);
+        assert_eq!(s.snapshot().counters.solved, 3);
+        // Done tasks lead nothing: the same puzzles are dispatched again.
+        let (ctx, _crx) = mpsc::channel(3);
+        s.admit(tasks(3), ctx).unwrap();
+        assert_eq!(assigned(&mut wrx).len(), 3);
+    }
+
+    #[test]
+    fn a_shared_task_is_cancelled_when_every_batch_waiting_for_it_is() {
+        let now = Instant::now();
+        let mut s = State::new(limits(), Arc::new(EventLog::new(100)), now);
+        let (wtx, mut wrx) = mpsc::channel(16);
+        s.add_worker("w".into(), 8, wtx, now);
+        let (atx, _arx) = mpsc::channel(2);
+        let a = s.admit(tasks(2), atx).unwrap();
+        let held = assigned(&mut wrx);
+        let (btx, _brx) = mpsc::channel(2);
+        let b = s.admit(tasks(2), btx).unwrap();
+        s.cancel_batch(a);
+        s.cancel_batch(b);
+        assert_eq!(s.snapshot().pending, 0);
+        let Ok(Ok(m)) = wrx.try_recv() else {
+            panic!("expected a cancel")
+        };
+        let Some(coordinator_message::Kind::Cancel(c)) = m.kind else {
+            panic!("expected a cancel")
+        };
+        assert_eq!(c.task_ids, held);
+        assert_eq!(s.snapshot().counters.cancelled, 2);
     }
 
     #[test]

@@ -81,6 +81,31 @@ async fn a_puzzle_repeated_in_one_batch_is_dispatched_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_clients_sending_the_same_puzzles_at_once_share_each_solve() {
+    let cluster = LocalCluster::start(quick(), 1, 1).await.unwrap();
+    let puzzles = four_by_four(14, 200);
+    let url = cluster.url();
+    let solve = |puzzles: Vec<(String, Puzzle)>, url: String| async move {
+        let mut client = Client::connect(&url).await.unwrap();
+        let mut stream = client.solve_stream(&puzzles, true).await.unwrap();
+        let mut answers = Vec::new();
+        while let Some(r) = stream.next().await {
+            answers.push(r.unwrap().solution.answer());
+        }
+        answers
+    };
+    let first = tokio::spawn(solve(puzzles.clone(), url.clone()));
+    let second = tokio::spawn(solve(puzzles.clone(), url));
+    let (first, second) = (first.await.unwrap(), second.await.unwrap());
+    assert_eq!(first.len(), 200);
+    assert_eq!(first, second);
+    // Each puzzle was solved once: the second request followed the first's
+    // pending tasks (or, for those already done, hit the result cache).
+    assert_eq!(cluster.shared.snapshot().0.counters.solved, 200);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_target_shared_across_a_batch_gets_its_table_at_once() {
     let cluster = LocalCluster::start(quick(), 1, 1).await.unwrap();
     let size = Size::new(3, 4).unwrap();
