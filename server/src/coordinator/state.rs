@@ -279,8 +279,9 @@ impl State {
     }
 
     /// Forgets a batch whose client went away (or whose deadline passed):
-    /// queued tasks are dropped, running ones cancelled on their workers.
-    /// The workers' credit comes back when they acknowledge.
+    /// its queued tasks are dropped and its running ones cancelled on their
+    /// workers, except tasks another batch follows, which that batch takes
+    /// over. The workers' credit comes back when they acknowledge.
     pub fn cancel_batch(&mut self, batch: u64) {
         let Some(b) = self.batches.remove(&batch) else {
             return;
