@@ -687,6 +687,23 @@ mod tests {
         }
     }
 
+    type WorkerRx = mpsc::Receiver<Result<v1::CoordinatorMessage, Status>>;
+
+    /// An empty state as of `now`.
+    fn state(now: Instant) -> State {
+        State::new(limits(), Arc::new(EventLog::new(100)), now)
+    }
+
+    /// A state with one worker `w` of `slots` slots: the state, the worker's
+    /// id and what it is sent.
+    fn with_worker(slots: u32) -> (State, u64, WorkerRx) {
+        let now = Instant::now();
+        let mut s = state(now);
+        let (wtx, wrx) = mpsc::channel(16);
+        let w = s.add_worker("w".into(), slots, wtx, now);
+        (s, w, wrx)
+    }
+
     fn tasks(n: usize) -> Vec<NewTask> {
         let mut g = Generator::new(5);
         (0..n)
@@ -722,10 +739,7 @@ mod tests {
 
     #[test]
     fn credit_limits_what_a_worker_holds() {
-        let now = Instant::now();
-        let mut s = State::new(limits(), Arc::new(EventLog::new(100)), now);
-        let (wtx, mut wrx) = mpsc::channel(16);
-        let w = s.add_worker("w".into(), 2, wtx, now);
+        let (mut s, w, mut wrx) = with_worker(2);
         let (btx, mut brx) = mpsc::channel(10);
         s.admit(tasks(10), btx).unwrap();
         let first = assigned(&mut wrx);
@@ -739,7 +753,7 @@ mod tests {
     #[test]
     fn a_lost_worker_s_tasks_go_to_another_and_results_arrive_once() {
         let now = Instant::now();
-        let mut s = State::new(limits(), Arc::new(EventLog::new(100)), now);
+        let mut s = state(now);
         let (atx, mut arx) = mpsc::channel(16);
         let a = s.add_worker("a".into(), 3, atx, now);
         let (btx, mut brx) = mpsc::channel(3);
@@ -781,7 +795,7 @@ mod tests {
     #[test]
     fn attempts_are_capped_with_an_error_result() {
         let now = Instant::now();
-        let mut s = State::new(limits(), Arc::new(EventLog::new(100)), now);
+        let mut s = state(now);
         let (btx, mut brx) = mpsc::channel(1);
         s.admit(tasks(1), btx).unwrap();
         lose_a_worker_per_attempt(&mut s, now);
@@ -795,10 +809,7 @@ mod tests {
 
     #[test]
     fn admission_is_bounded_and_cancel_frees_it() {
-        let now = Instant::now();
-        let mut s = State::new(limits(), Arc::new(EventLog::new(100)), now);
-        let (wtx, mut wrx) = mpsc::channel(16);
-        s.add_worker("w".into(), 1, wtx, now);
+        let (mut s, _, mut wrx) = with_worker(1);
         let (btx, _brx) = mpsc::channel(80);
         let batch = s.admit(tasks(80), btx).unwrap();
         let (btx2, _brx2) = mpsc::channel(30);
@@ -836,10 +847,7 @@ mod tests {
 
     #[test]
     fn a_puzzle_repeated_in_a_batch_is_solved_once_and_answered_for_each_copy() {
-        let now = Instant::now();
-        let mut s = State::new(limits(), Arc::new(EventLog::new(100)), now);
-        let (wtx, mut wrx) = mpsc::channel(16);
-        let w = s.add_worker("w".into(), 8, wtx, now);
+        let (mut s, w, mut wrx) = with_worker(8);
         let (btx, mut brx) = mpsc::channel(6);
         s.admit(tasks_with_repeats(6, &[2, 5]), btx).unwrap();
         let held = assigned(&mut wrx);
@@ -869,10 +877,7 @@ mod tests {
 
     #[test]
     fn a_puzzle_pending_for_one_batch_is_not_dispatched_again_for_another() {
-        let now = Instant::now();
-        let mut s = State::new(limits(), Arc::new(EventLog::new(100)), now);
-        let (wtx, mut wrx) = mpsc::channel(16);
-        let w = s.add_worker("w".into(), 8, wtx, now);
+        let (mut s, w, mut wrx) = with_worker(8);
         let (atx, mut arx) = mpsc::channel(3);
         let a = s.admit(tasks(3), atx).unwrap();
         let held = assigned(&mut wrx);
@@ -906,10 +911,7 @@ mod tests {
 
     #[test]
     fn a_shared_task_is_cancelled_when_every_batch_waiting_for_it_is() {
-        let now = Instant::now();
-        let mut s = State::new(limits(), Arc::new(EventLog::new(100)), now);
-        let (wtx, mut wrx) = mpsc::channel(16);
-        s.add_worker("w".into(), 8, wtx, now);
+        let (mut s, _, mut wrx) = with_worker(8);
         let (atx, _arx) = mpsc::channel(2);
         let a = s.admit(tasks(2), atx).unwrap();
         let held = assigned(&mut wrx);
@@ -931,7 +933,7 @@ mod tests {
     #[test]
     fn copies_of_a_puzzle_that_fails_fail_too() {
         let now = Instant::now();
-        let mut s = State::new(limits(), Arc::new(EventLog::new(100)), now);
+        let mut s = state(now);
         let (btx, mut brx) = mpsc::channel(3);
         s.admit(tasks_with_repeats(3, &[1, 2]), btx).unwrap();
         lose_a_worker_per_attempt(&mut s, now);
@@ -949,7 +951,7 @@ mod tests {
     #[test]
     fn batches_fail_after_the_grace_period_without_workers() {
         let now = Instant::now();
-        let mut s = State::new(limits(), Arc::new(EventLog::new(100)), now);
+        let mut s = state(now);
         let (btx, mut brx) = mpsc::channel(2);
         s.admit(tasks(2), btx).unwrap();
         s.fail_if_no_workers(now + Duration::from_millis(10), Duration::from_secs(1));
