@@ -185,12 +185,30 @@ impl Engine {
     /// can see which targets many of them share. Call it with each batch (or
     /// each chunk of a stream) before solving it.
     pub fn announce<'a>(&self, puzzles: impl IntoIterator<Item = &'a Puzzle>) {
+        self.update_demand(puzzles, |n| *n += 1);
+    }
+
+    /// Tells the engine that about `count` puzzles with `puzzle`'s target
+    /// are on their way, when whoever holds the whole batch knows more than
+    /// the puzzles announced so far (a worker is sent a few at a time): the
+    /// target's announced count is raised to at least `count`.
+    pub fn hint_target_count(&self, puzzle: &Puzzle, count: u64) {
+        self.update_demand([puzzle], |n| *n = (*n).max(count));
+    }
+
+    /// Applies `update` to the announced count of each puzzle's canonical
+    /// target (only `auto` counts), keeping the counts bounded.
+    fn update_demand<'a>(
+        &self,
+        puzzles: impl IntoIterator<Item = &'a Puzzle>,
+        update: impl Fn(&mut u64),
+    ) {
         if self.config.strategy != Strategy::Auto {
             return;
         }
         for p in puzzles {
             let (target, _) = canonical_target(p.target());
-            *self.demand.entry(table_key(target)).or_insert(0) += 1;
+            update(&mut self.demand.entry(table_key(target)).or_insert(0));
         }
         // Bounded: a long-running worker sees endless distinct targets. Past
         // the limit, targets seen once are forgotten (they are far from any
@@ -201,19 +219,6 @@ impl Engine {
                 self.demand.clear();
             }
         }
-    }
-
-    /// Tells the engine that about `count` puzzles with `puzzle`'s target
-    /// are on their way, when whoever holds the whole batch knows more than
-    /// the puzzles announced so far (a worker is sent a few at a time): the
-    /// target's announced count is raised to at least `count`.
-    pub fn hint_target_count(&self, puzzle: &Puzzle, count: u64) {
-        if self.config.strategy != Strategy::Auto {
-            return;
-        }
-        let (target, _) = canonical_target(puzzle.target());
-        let mut n = self.demand.entry(table_key(target)).or_insert(0);
-        *n = (*n).max(count);
     }
 
     /// Cache counters.
@@ -431,6 +436,13 @@ mod tests {
         engine.announce(&lone);
         assert!(engine.demand.len() <= MAX_DEMAND_ENTRIES);
         let (target, _) = canonical_target(shared.target());
+        assert_eq!(engine.demand.get(&table_key(target)).map(|n| *n), Some(2));
+        // Hints are bounded the same way (4x4 targets: all distinct).
+        let four = Size::new(4, 4).unwrap();
+        for _ in 0..MAX_DEMAND_ENTRIES + 10 {
+            engine.hint_target_count(&g.uniform(four), 1);
+        }
+        assert!(engine.demand.len() <= MAX_DEMAND_ENTRIES);
         assert_eq!(engine.demand.get(&table_key(target)).map(|n| *n), Some(2));
     }
 
