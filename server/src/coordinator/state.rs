@@ -496,19 +496,22 @@ impl State {
                         time_us: s.time_us,
                         cached: false,
                     };
-                    // Followers are answered without a solve of their own.
-                    let copy = v1::Solved {
-                        time_us: 0,
-                        cached: true,
-                        ..solved.clone()
-                    };
-                    for f in task.followers {
-                        let result = v1::PuzzleResult {
-                            id: f.id,
-                            index: f.index,
-                            outcome: Some(puzzle_result::Outcome::Solved(copy.clone())),
+                    // Followers are answered without a solve of their own
+                    // (most tasks have none: nothing is cloned for them).
+                    if !task.followers.is_empty() {
+                        let copy = v1::Solved {
+                            time_us: 0,
+                            cached: true,
+                            ..solved.clone()
                         };
-                        self.deliver(f.batch, result);
+                        for f in task.followers {
+                            let result = v1::PuzzleResult {
+                                id: f.id,
+                                index: f.index,
+                                outcome: Some(puzzle_result::Outcome::Solved(copy.clone())),
+                            };
+                            self.deliver(f.batch, result);
+                        }
                     }
                     let result = v1::PuzzleResult {
                         id: task.id,
@@ -715,7 +718,7 @@ mod tests {
             .collect()
     }
 
-    fn assigned(rx: &mut mpsc::Receiver<Result<v1::CoordinatorMessage, Status>>) -> Vec<u64> {
+    fn assigned(rx: &mut WorkerRx) -> Vec<u64> {
         let mut ids = Vec::new();
         while let Ok(Ok(m)) = rx.try_recv() {
             if let Some(coordinator_message::Kind::Assign(a)) = m.kind {
@@ -723,6 +726,17 @@ mod tests {
             }
         }
         ids
+    }
+
+    /// The task ids of the next message to a worker, which must be a cancel.
+    fn cancelled(rx: &mut WorkerRx) -> Vec<u64> {
+        let Ok(Ok(m)) = rx.try_recv() else {
+            panic!("expected a cancel")
+        };
+        let Some(coordinator_message::Kind::Cancel(c)) = m.kind else {
+            panic!("expected a cancel")
+        };
+        c.task_ids
     }
 
     fn solved(task_id: u64) -> v1::TaskResult {
@@ -772,11 +786,7 @@ mod tests {
             // A duplicate report is ignored.
             s.on_result(c, solved(*id), &cache).unwrap();
         }
-        let mut indexes = Vec::new();
-        while let Ok(r) = brx.try_recv() {
-            indexes.push(r.unwrap().index);
-        }
-        indexes.sort();
+        let indexes: Vec<u64> = received(&mut brx).iter().map(|r| r.index).collect();
         assert_eq!(indexes, vec![0, 1, 2]);
         assert_eq!(s.snapshot().pending, 0);
         assert_eq!(cache.len(), 3);
@@ -818,13 +828,7 @@ mod tests {
         let running = assigned(&mut wrx);
         s.cancel_batch(batch);
         assert_eq!(s.snapshot().pending, 0);
-        let Ok(Ok(m)) = wrx.try_recv() else {
-            panic!("expected a cancel")
-        };
-        let Some(coordinator_message::Kind::Cancel(c)) = m.kind else {
-            panic!("expected a cancel")
-        };
-        assert_eq!(c.task_ids, running);
+        assert_eq!(cancelled(&mut wrx), running);
     }
 
     /// Tasks 0..n where the puzzles at `repeats` are copies of puzzle 0.
@@ -920,13 +924,7 @@ mod tests {
         s.cancel_batch(a);
         s.cancel_batch(b);
         assert_eq!(s.snapshot().pending, 0);
-        let Ok(Ok(m)) = wrx.try_recv() else {
-            panic!("expected a cancel")
-        };
-        let Some(coordinator_message::Kind::Cancel(c)) = m.kind else {
-            panic!("expected a cancel")
-        };
-        assert_eq!(c.task_ids, held);
+        assert_eq!(cancelled(&mut wrx), held);
         assert_eq!(s.snapshot().counters.cancelled, 2);
     }
 
