@@ -7,6 +7,9 @@
 
 mod common;
 #[allow(dead_code)] // shared with the server's tests, which use all of it
+#[path = "../../../server/tests/common/pki.rs"]
+mod pki;
+#[allow(dead_code)] // shared with the server's tests, which use all of it
 #[path = "../../../server/tests/common/proxy.rs"]
 mod proxy;
 

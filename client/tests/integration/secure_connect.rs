@@ -2,62 +2,28 @@
 //! in-process TLS cluster that requires a client token, and the errors a
 //! user sees when a piece is missing.
 
-use std::path::PathBuf;
-
 use colball_proto::Secret;
 use colball_server::coordinator::Config;
 use colball_server::testing::LocalCluster;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
-use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 
 use crate::common::run as colball;
+use crate::pki::Pki;
 
 const INPUT: &[u8] =
     b"2 2\nBB\nBR\nBB\nRR\n3 3\nRRR\nBBB\nRBR\nRBR\nBRG\nGGR\n2 2\nRB\nBG\nBR\nGB\n0\n";
 
-/// A throwaway CA and a certificate it signed for localhost, written to a
-/// fresh directory as `ca.pem`, `cert.pem`, `key.pem`.
-fn pki() -> PathBuf {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "colball test CA");
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
-        .unwrap()
-        .signed_by(&key, &ca)
-        .unwrap();
-    let dir = std::env::temp_dir().join(format!("colball-secure-connect-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
-    std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
-    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
-    std::fs::write(dir.join("token"), "let-me-in\n").unwrap();
-    std::fs::write(dir.join("junk.pem"), "no certificate here\n").unwrap();
-    dir
-}
-
-fn read(dir: &std::path::Path, name: &str) -> String {
-    std::fs::read_to_string(dir.join(name)).unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn solve_over_tls_with_a_token() {
-    let dir = pki();
+    let pki = Pki::new();
+    let dir = pki.write("secure-connect");
+    std::fs::write(dir.join("token"), "let-me-in\n").unwrap();
+    std::fs::write(dir.join("junk.pem"), "no certificate here\n").unwrap();
     let config = Config {
-        tls: Some(ServerTlsConfig::new().identity(Identity::from_pem(
-            read(&dir, "cert.pem"),
-            read(&dir, "key.pem"),
-        ))),
+        tls: Some(pki.server()),
         client_token: Some(Secret::new("let-me-in", "test").unwrap()),
         ..Config::default()
     };
-    let worker_tls =
-        ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read(&dir, "ca.pem")));
-    let cluster = LocalCluster::start_tls(config, 1, 1, Some(worker_tls))
+    let cluster = LocalCluster::start_tls(config, 1, 1, Some(pki.client()))
         .await
         .unwrap();
     let url = cluster.url();

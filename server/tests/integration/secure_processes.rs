@@ -5,7 +5,8 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{Pki, mixed};
+use crate::common::mixed;
+use crate::common::pki::Pki;
 use colball_client::remote::{Client, Security};
 use colball_proto::Secret;
 use tokio_stream::StreamExt;

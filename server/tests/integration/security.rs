@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use crate::common::{FakeWorker, Pki, four_by_four, mixed, quick};
+use crate::common::pki::Pki;
+use crate::common::{FakeWorker, four_by_four, mixed, quick};
 use colball_client::remote::{Client, ClientError, Security};
 use colball_proto::v1::solver_client::SolverClient;
 use colball_proto::v1::{self, puzzle_result};
