@@ -19,6 +19,7 @@ use colball_proto::v1::{self, coordinator_message, worker_message};
 use colball_solver::generate::Generator;
 use colball_solver::{BidirSearch, Puzzle, Size};
 use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 
@@ -52,6 +53,21 @@ pub fn mixed(seed: u64, n: usize, four_every: usize) -> (Vec<(String, Puzzle)>, 
         puzzles.push((format!("p{}", i + 1), p));
     }
     (puzzles, answers)
+}
+
+/// Solves `n` mixed puzzles through `client` and checks every answer.
+pub async fn solves(client: &mut colball_client::remote::Client, seed: u64, n: usize) {
+    let (puzzles, answers) = mixed(seed, n, 10);
+    let results: Vec<_> = client
+        .solve_stream(&puzzles, true)
+        .await
+        .unwrap()
+        .collect::<Vec<_>>()
+        .await;
+    assert_eq!(results.len(), n);
+    for (r, answer) in results.into_iter().zip(answers) {
+        assert_eq!(r.unwrap().solution.answer(), answer);
+    }
 }
 
 /// `n` uniformly random 4x4 puzzles (slow enough to still be running).

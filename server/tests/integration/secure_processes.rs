@@ -5,11 +5,10 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::mixed;
 use crate::common::pki::Pki;
+use crate::common::solves;
 use colball_client::remote::{Client, Security};
 use colball_proto::Secret;
-use tokio_stream::StreamExt;
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -119,17 +118,7 @@ async fn a_tls_cluster_with_tokens_from_files_and_environment() {
         ca_file: None,
     };
     let mut client = Client::connect_with(&url, &security).await.unwrap();
-    let (puzzles, answers) = mixed(31, 50, 10);
-    let results: Vec<_> = client
-        .solve_stream(&puzzles, true)
-        .await
-        .unwrap()
-        .collect::<Vec<_>>()
-        .await;
-    assert_eq!(results.len(), answers.len());
-    for (r, a) in results.into_iter().zip(answers) {
-        assert_eq!(r.unwrap().solution.answer(), a);
-    }
+    solves(&mut client, 31, 50).await;
 
     // A worker with the client's token, or none, is refused and exits.
     for token in [Some("c-token"), None] {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::common::pki::Pki;
-use crate::common::{FakeWorker, four_by_four, mixed, quick};
+use crate::common::{FakeWorker, four_by_four, mixed, quick, solves};
 use colball_client::remote::{Client, ClientError, Security};
 use colball_proto::v1::solver_client::SolverClient;
 use colball_proto::v1::{self, puzzle_result};
@@ -25,21 +25,6 @@ fn with_token(token: &str) -> Security {
     Security {
         token: Some(secret(token)),
         ..Security::default()
-    }
-}
-
-/// Solves `n` mixed puzzles through `client` and checks every answer.
-async fn solves(client: &mut Client, seed: u64, n: usize) {
-    let (puzzles, answers) = mixed(seed, n, 10);
-    let results: Vec<_> = client
-        .solve_stream(&puzzles, true)
-        .await
-        .unwrap()
-        .collect::<Vec<_>>()
-        .await;
-    assert_eq!(results.len(), n);
-    for (r, answer) in results.into_iter().zip(answers) {
-        assert_eq!(r.unwrap().solution.answer(), answer);
     }
 }
 
