@@ -42,18 +42,16 @@ fn solve_reproduces_every_reference_answer_byte_for_byte() {
 
 #[test]
 fn generated_puzzles_solve_the_same_on_any_thread_count_and_from_stdin() {
-    let made = colball(
-        &[
-            "gen",
-            "--size",
-            "2x2,3x3,4x3,4x4",
-            "--count",
-            "60",
-            "--seed",
-            "9",
-        ],
-        b"",
-    );
+    let gen_args = [
+        "gen",
+        "--size",
+        "2x2,3x3,4x3,4x4",
+        "--count",
+        "60",
+        "--seed",
+        "9",
+    ];
+    let made = colball(&gen_args, b"");
     assert!(made.status.success());
     let cases = classic::parse(&made.stdout).unwrap();
     assert_eq!(cases.len(), 60);
@@ -63,18 +61,7 @@ fn generated_puzzles_solve_the_same_on_any_thread_count_and_from_stdin() {
     assert_eq!(text(&one.stdout), text(&two.stdout));
     assert_eq!(text(&one.stdout).lines().count(), 60);
     // The same seed gives the same file.
-    let again = colball(
-        &[
-            "gen",
-            "--size",
-            "2x2,3x3,4x3,4x4",
-            "--count",
-            "60",
-            "--seed",
-            "9",
-        ],
-        b"",
-    );
+    let again = colball(&gen_args, b"");
     assert_eq!(made.stdout, again.stdout);
 }
 
