@@ -41,6 +41,8 @@ pub enum Backend {
     Remote {
         url: String,
         security: remote::Security,
+        /// The request's priority class (`None`: the cluster's default).
+        priority: Option<colball_proto::v1::Priority>,
     },
 }
 
@@ -138,7 +140,11 @@ pub fn run(
                 emit(index, graded)
             })?;
         }
-        Backend::Remote { url, security } => {
+        Backend::Remote {
+            url,
+            security,
+            priority,
+        } => {
             let list: Vec<(String, Puzzle, Option<GivenAnswer>)> = cases
                 .ids
                 .iter()
@@ -146,12 +152,11 @@ pub fn run(
                 .zip(&cases.matched.answers)
                 .map(|((id, p), a)| (id.clone(), *p, a.clone()))
                 .collect();
-            remote::grade_in_order(url, security, &list, |r| emit(r.index, r.graded)).map_err(
-                |e| match e {
+            remote::grade_in_order(url, security, *priority, &list, |r| emit(r.index, r.graded))
+                .map_err(|e| match e {
                     SolveError::Client(e) => GradeError::Client(e),
                     SolveError::Output(e) => GradeError::Output(e),
-                },
-            )?;
+                })?;
         }
     }
     drop(progress);

@@ -62,8 +62,31 @@ struct GradeArgs {
     /// Find the optimal answers on a colball cluster at this URL.
     #[arg(long, env = colball_client::remote::CONNECT_ENV, value_name = "URL")]
     connect: Option<String>,
+    /// The cluster priority class of the request (default normal).
+    #[arg(long, value_enum, requires = "connect")]
+    priority: Option<PriorityArg>,
     #[command(flatten)]
     security: SecurityArgs,
+}
+
+/// A request's priority class on the cluster: higher classes are always
+/// dispatched first; clients share a class in turn.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum PriorityArg {
+    Interactive,
+    Normal,
+    Bulk,
+}
+
+impl PriorityArg {
+    fn wire(p: Option<PriorityArg>) -> Option<colball_proto::v1::Priority> {
+        use colball_proto::v1::Priority;
+        p.map(|p| match p {
+            PriorityArg::Interactive => Priority::Interactive,
+            PriorityArg::Normal => Priority::Normal,
+            PriorityArg::Bulk => Priority::Bulk,
+        })
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -95,6 +118,9 @@ struct SolveArgs {
     /// `http://127.0.0.1:50051`. The output is the same as in-process.
     #[arg(long, env = colball_client::remote::CONNECT_ENV, value_name = "URL")]
     connect: Option<String>,
+    /// The cluster priority class of the request (default normal).
+    #[arg(long, value_enum, requires = "connect")]
+    priority: Option<PriorityArg>,
     #[command(flatten)]
     security: SecurityArgs,
 }
@@ -349,6 +375,7 @@ fn grade(args: GradeArgs, quiet: bool) -> Result<ExitCode> {
         Some(url) => Backend::Remote {
             url,
             security: args.security.security()?,
+            priority: PriorityArg::wire(args.priority),
         },
         None => {
             let threads = args
@@ -468,9 +495,13 @@ fn solve(args: SolveArgs, quiet: bool) -> Result<ExitCode> {
     };
     if let Some(url) = &args.connect {
         let security = args.security.security()?;
-        remote::solve_in_order(url, &security, &puzzles, |r| {
-            emit(&r.solution, &r.strategy, r.elapsed)
-        })
+        remote::solve_in_order(
+            url,
+            &security,
+            PriorityArg::wire(args.priority),
+            &puzzles,
+            |r| emit(&r.solution, &r.strategy, r.elapsed),
+        )
         .map_err(|e| match e {
             remote::SolveError::Output(e) => anyhow::Error::from(e),
             remote::SolveError::Client(e) => anyhow::Error::from(e),

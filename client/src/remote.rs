@@ -16,6 +16,7 @@ use colball_proto::v1::solver_client::SolverClient;
 use colball_proto::v1::{self, puzzle_result};
 use colball_proto::{MAX_MESSAGE_BYTES, puzzle_to_wire};
 use colball_solver::grade::{GivenAnswer, Graded};
+use colball_solver::verify::check_answer;
 use colball_solver::{Puzzle, Solution, parse_moves};
 use thiserror::Error;
 use tokio_stream::{Stream, StreamExt};
@@ -67,6 +68,10 @@ pub enum ClientError {
     Puzzle { id: String, message: String },
     #[error("the cluster sent a malformed result: {0}")]
     Protocol(String),
+    /// The cluster's answer does not solve its puzzle: a coordinator (or a
+    /// worker it trusted) is broken or hostile. Nothing of it is printed.
+    #[error("puzzle {id:?}: the cluster's answer is wrong ({reason}); not printed")]
+    WrongAnswer { id: String, reason: String },
     /// The connection broke mid-batch: the coordinator crashed, restarted
     /// or shut down, or the network failed. A coordinator keeps nothing
     /// across a restart (see docs/RELIABILITY.md), so the only way on is to
@@ -186,6 +191,8 @@ fn connect_hint(url: &str) -> &'static str {
 #[derive(Clone, Debug)]
 pub struct Client {
     inner: SolverClient<InterceptedService<Channel, Bearer>>,
+    /// The priority class of its requests (`None`: each RPC's default).
+    priority: Option<v1::Priority>,
 }
 
 impl Client {
@@ -228,7 +235,21 @@ impl Client {
         let inner = SolverClient::with_interceptor(channel, Bearer::new(security.token.as_ref()))
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        Ok(Client { inner })
+        Ok(Client {
+            inner,
+            priority: None,
+        })
+    }
+
+    /// Sends later requests in this priority class (`None`: each RPC's
+    /// default: interactive for one puzzle, normal for batches and
+    /// grading).
+    pub fn set_priority(&mut self, priority: Option<v1::Priority>) {
+        self.priority = priority;
+    }
+
+    fn priority(&self) -> i32 {
+        self.priority.unwrap_or(v1::Priority::Unspecified) as i32
     }
 
     /// Solves one puzzle.
@@ -239,6 +260,7 @@ impl Client {
     ) -> Result<RemoteSolved, ClientError> {
         let request = v1::SolveRequest {
             puzzle: Some(puzzle_to_wire(id, puzzle)),
+            priority: self.priority(),
         };
         let result = self.inner.solve(request).await?.into_inner();
         convert(result, &[*puzzle])
@@ -258,6 +280,7 @@ impl Client {
                 .map(|(id, p)| puzzle_to_wire(id.clone(), p))
                 .collect(),
             ordered,
+            priority: self.priority(),
         };
         let list: Vec<Puzzle> = puzzles.iter().map(|(_, p)| *p).collect();
         let stream = self.inner.solve_batch(request).await?.into_inner();
@@ -308,6 +331,7 @@ impl Client {
                     answer: answer.as_ref().map(answer_to_wire),
                 })
                 .collect(),
+            priority: self.priority(),
         };
         let total = cases.len();
         let stream = self.inner.grade(request).await?.into_inner();
@@ -341,12 +365,14 @@ impl Client {
 pub fn grade_in_order<E>(
     url: &str,
     security: &Security,
+    priority: Option<v1::Priority>,
     cases: &[(String, Puzzle, Option<GivenAnswer>)],
     mut on_result: impl FnMut(RemoteGraded) -> Result<(), E>,
 ) -> Result<(), SolveError<E>> {
     let runtime = runtime()?;
     runtime.block_on(async {
         let mut client = Client::connect_with(url, security).await?;
+        client.set_priority(priority);
         for (chunk_no, chunk) in cases.chunks(REQUEST_CHUNK).enumerate() {
             let base = chunk_no * REQUEST_CHUNK;
             let mut stream = client.grade_stream(chunk).await?;
@@ -387,7 +413,9 @@ fn runtime() -> Result<tokio::runtime::Runtime, ClientError> {
         .map_err(|e| ClientError::Protocol(format!("cannot start the async runtime: {e}")))
 }
 
-/// Turns a wire result into solver types, checking it against the puzzle.
+/// Turns a wire result into solver types, checking it against the puzzle:
+/// the sequence is replayed (and a `-1` confirmed), so a wrong answer from
+/// the cluster is an error, never printed.
 fn convert(result: v1::PuzzleResult, puzzles: &[Puzzle]) -> Result<RemoteSolved, ClientError> {
     let index = result.index as usize;
     let id = result.id;
@@ -410,18 +438,18 @@ fn convert(result: v1::PuzzleResult, puzzles: &[Puzzle]) -> Result<RemoteSolved,
             )));
         }
     };
+    if let Err(rejection) = check_answer(puzzle, solved.moves, &solved.solution) {
+        return Err(ClientError::WrongAnswer {
+            id,
+            reason: rejection.to_string(),
+        });
+    }
     let solution = if solved.moves < 0 {
         Solution::Unreachable
     } else {
+        // Replayed above: it parses.
         let path = parse_moves(puzzle.size(), &solved.solution)
             .map_err(|e| ClientError::Protocol(format!("puzzle {id:?}: bad solution: {e}")))?;
-        if path.len() as i64 != solved.moves {
-            return Err(ClientError::Protocol(format!(
-                "puzzle {id:?}: {} moves reported, {} given",
-                solved.moves,
-                path.len()
-            )));
-        }
         Solution::Solved(path)
     };
     Ok(RemoteSolved {
@@ -451,15 +479,14 @@ pub enum SolveError<E> {
 pub fn solve_in_order<E>(
     url: &str,
     security: &Security,
+    priority: Option<v1::Priority>,
     puzzles: &[Puzzle],
     mut on_result: impl FnMut(RemoteSolved) -> Result<(), E>,
 ) -> Result<(), SolveError<E>> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| ClientError::Protocol(format!("cannot start the async runtime: {e}")))?;
+    let runtime = runtime()?;
     runtime.block_on(async {
         let mut client = Client::connect_with(url, security).await?;
+        client.set_priority(priority);
         let total = puzzles.len();
         for (chunk_no, chunk) in puzzles.chunks(REQUEST_CHUNK).enumerate() {
             let base = chunk_no * REQUEST_CHUNK;
@@ -520,6 +547,7 @@ mod tests {
         let request = v1::SolveBatchRequest {
             puzzles: vec![puzzle_to_wire(id, &p); REQUEST_CHUNK],
             ordered: true,
+            priority: 0,
         };
         let bytes = request.encoded_len();
         assert!(

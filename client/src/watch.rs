@@ -135,8 +135,8 @@ fn clock(unix_ms: i64) -> String {
 pub fn text(event: &v1::ClusterEvent) -> String {
     let what = match &event.kind {
         Some(Kind::BatchAccepted(b)) => format!(
-            "batch {} accepted: {} puzzles ({})",
-            b.batch, b.puzzles, b.request
+            "batch {} accepted: {} puzzles ({}, {}, client {})",
+            b.batch, b.puzzles, b.request, b.priority, b.client
         ),
         Some(Kind::BatchProgress(p)) => {
             format!("batch {} progress: {}/{}", p.batch, p.done, p.total)
@@ -170,6 +170,14 @@ pub fn text(event: &v1::ClusterEvent) -> String {
             "worker lost {} ({}): {} re-dispatched, {} failed",
             w.name, w.reason, w.redispatched, w.failed
         ),
+        Some(Kind::QueueDepth(q)) => format!(
+            "queue interactive {} normal {} bulk {}",
+            q.interactive, q.normal, q.bulk
+        ),
+        Some(Kind::WorkerQuarantined(q)) => format!(
+            "worker quarantined {} ({}): {}; {} re-dispatched",
+            q.name, q.reason, q.detail, q.redispatched
+        ),
         None => "unknown event (a newer coordinator?)".to_string(),
     };
     format!("#{} {} {what}", event.sequence, clock(event.unix_ms))
@@ -180,7 +188,17 @@ pub fn jsonl(event: &v1::ClusterEvent) -> Value {
     let (name, mut fields) = match &event.kind {
         Some(Kind::BatchAccepted(b)) => (
             "batch_accepted",
-            json!({"batch": b.batch, "puzzles": b.puzzles, "request": b.request}),
+            json!({"batch": b.batch, "puzzles": b.puzzles, "request": b.request,
+                   "priority": b.priority, "client": b.client}),
+        ),
+        Some(Kind::QueueDepth(q)) => (
+            "queue_depth",
+            json!({"interactive": q.interactive, "normal": q.normal, "bulk": q.bulk}),
+        ),
+        Some(Kind::WorkerQuarantined(q)) => (
+            "worker_quarantined",
+            json!({"worker": q.worker, "name": q.name, "reason": q.reason, "detail": q.detail,
+                   "redispatched": q.redispatched, "until_unix_ms": q.until_unix_ms}),
         ),
         Some(Kind::BatchProgress(p)) => (
             "batch_progress",

@@ -56,11 +56,27 @@ impl ResultCache {
         (self.hits.load(Relaxed), self.misses.load(Relaxed))
     }
 
-    /// Keeps `answer` unless the cache is full.
+    /// Keeps `answer` unless the cache is full. Answers reach the cache
+    /// only after their sequence was replayed, so both are valid; where
+    /// one is kept already, the shorter stands (an audit's correction).
     pub fn insert(&self, puzzle: Puzzle, answer: Answer) {
+        if let Some(mut kept) = self.map.get_mut(&puzzle) {
+            if answer.moves < kept.moves {
+                *kept = answer;
+            }
+            return;
+        }
         if self.map.len() < self.capacity {
             self.map.insert(puzzle, answer);
         }
+    }
+
+    /// Forgets every answer that came from `worker` (its shown name): an
+    /// audit caught it answering longer than optimal. Returns how many.
+    pub fn evict_worker(&self, worker: &str) -> usize {
+        let before = self.map.len();
+        self.map.retain(|_, a| a.worker != worker);
+        before - self.map.len()
     }
 
     pub fn len(&self) -> usize {
@@ -94,7 +110,18 @@ mod tests {
             cache.insert(*p, answer.clone());
         }
         assert_eq!(cache.len(), 2);
-        assert_eq!(cache.get(&puzzles[0]), Some(answer));
+        assert_eq!(cache.get(&puzzles[0]), Some(answer.clone()));
         assert_eq!(cache.get(&puzzles[2]), None);
+        // A shorter answer replaces a kept one; a longer does not.
+        let shorter = Answer {
+            moves: 0,
+            worker: "v".into(),
+            ..answer.clone()
+        };
+        cache.insert(puzzles[0], shorter.clone());
+        cache.insert(puzzles[0], answer.clone());
+        assert_eq!(cache.get(&puzzles[0]), Some(shorter));
+        assert_eq!(cache.evict_worker("w"), 1);
+        assert_eq!(cache.len(), 1);
     }
 }

@@ -35,10 +35,15 @@ pub enum ServerError {
     )]
     TooManyBatches { peer: String, limit: usize },
     #[error(
-        "no worker has joined the cluster (waited {}s); start one with `colball-server worker --coordinator URL`",
+        "{} (waited {}s); start one with `colball-server worker --coordinator URL`",
+        if *.ever { "no worker is connected: every worker that joined has left or was lost" } else { "no worker has joined the cluster" },
         .waited.as_secs_f64()
     )]
-    NoWorkers { waited: Duration },
+    NoWorkers { waited: Duration, ever: bool },
+    #[error("{0}")]
+    Register(#[from] crate::coordinator::state::RegisterError),
+    #[error("field priority: {0} names no priority class (1 interactive, 2 normal, 3 bulk)")]
+    BadPriority(i32),
     #[error("the deadline passed before every result arrived")]
     DeadlineExceeded,
     #[error("the coordinator is shutting down")]
@@ -57,7 +62,14 @@ impl From<ServerError> for Status {
             ServerError::InvalidPuzzle(_)
             | ServerError::InvalidBatch(_)
             | ServerError::MissingPuzzle
-            | ServerError::BadSession(_) => Code::InvalidArgument,
+            | ServerError::BadSession(_)
+            | ServerError::BadPriority(_) => Code::InvalidArgument,
+            ServerError::Register(crate::coordinator::state::RegisterError::Slots { .. }) => {
+                Code::InvalidArgument
+            }
+            ServerError::Register(crate::coordinator::state::RegisterError::Quarantined {
+                ..
+            }) => Code::PermissionDenied,
             ServerError::Overloaded { .. }
             | ServerError::BatchTooLarge { .. }
             | ServerError::TooManyBatches { .. } => Code::ResourceExhausted,

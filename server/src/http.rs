@@ -10,14 +10,22 @@
 //!   down), for liveness probes;
 //! - `GET /readyz`: 200 only while at least one worker is connected, for
 //!   readiness probes and load balancers.
+//!
+//! `/api/*` shows puzzle ids and answers, so when client tokens are
+//! configured it asks for one, as the gRPC API does: `Authorization:
+//! Bearer TOKEN`, or `?token=TOKEN` (which the dashboard page passes on
+//! from its own address, since a browser's event stream cannot set
+//! headers). `/`, `/metrics`, `/healthz` and `/readyz` stay open: they
+//! carry no puzzle data.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Json, Response};
 use axum::routing::get;
@@ -33,7 +41,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::coordinator::Shared;
 use crate::coordinator::events::Recent;
-use crate::coordinator::state::WorkerView;
+use crate::coordinator::policy::Priority;
+use crate::coordinator::state::{REJECT_LABELS, WorkerView};
 
 /// How often the dashboard's stream sends a status.
 const STREAM_EVERY: Duration = Duration::from_millis(500);
@@ -59,14 +68,42 @@ struct App {
 }
 
 fn router(shared: Arc<Shared>, shutdown: CancellationToken) -> Router {
-    Router::new()
-        .route("/", get(dashboard))
+    let app = App { shared, shutdown };
+    let api = Router::new()
         .route("/api/status", get(status))
         .route("/api/stream", get(stream))
+        .route_layer(middleware::from_fn_with_state(app.clone(), require_token));
+    Router::new()
+        .route("/", get(dashboard))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(App { shared, shutdown })
+        .merge(api)
+        .with_state(app)
+}
+
+/// Refuses an `/api` call without a valid client token (when tokens are
+/// configured) with 401 and the same message the gRPC API gives.
+async fn require_token(State(app): State<App>, request: Request, next: Next) -> Response {
+    let check = crate::auth::check_clients(app.shared.tokens().clone());
+    let header = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix(crate::auth::SCHEME));
+    let query = request
+        .uri()
+        .query()
+        .and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("token=")));
+    match check.verify(header.or(query)) {
+        Ok(_) => next.run(request).await,
+        Err(message) => (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            format!("{message}\n"),
+        )
+            .into_response(),
+    }
 }
 
 async fn dashboard() -> Html<&'static str> {
@@ -91,6 +128,13 @@ async fn readyz(State(app): State<App>) -> (StatusCode, &'static str) {
     }
 }
 
+#[derive(Debug, Serialize)]
+struct ByClass {
+    interactive: usize,
+    normal: usize,
+    bulk: usize,
+}
+
 /// What the dashboard shows.
 #[derive(Debug, Serialize)]
 struct Status {
@@ -98,9 +142,15 @@ struct Status {
     workers: Vec<WorkerView>,
     slots: u64,
     queued: usize,
+    /// Queued puzzles by priority class.
+    queued_by_class: ByClass,
     in_flight: usize,
     pending: usize,
     batches: usize,
+    /// Worker answers refused by the replay check or an audit, and workers
+    /// quarantined for them.
+    rejected: u64,
+    quarantined: u64,
     /// Results with an answer, over all requests.
     answered: u64,
     /// Answers per second over the last interval (0 for `/api/status`).
@@ -134,9 +184,16 @@ fn current(shared: &Shared) -> Status {
         workers: s.worker_list,
         slots: s.slots,
         queued: s.queued,
+        queued_by_class: ByClass {
+            interactive: s.queued_by_class[0],
+            normal: s.queued_by_class[1],
+            bulk: s.queued_by_class[2],
+        },
         in_flight: s.in_flight,
         pending: s.pending,
         batches: s.batches,
+        rejected: s.counters.rejected.iter().sum(),
+        quarantined: s.counters.quarantined,
         answered,
         throughput: 0.0,
         cache_hit_rate: if answered == 0 {
@@ -213,6 +270,12 @@ async fn metrics(State(app): State<App>) -> Response {
     );
     gauge("batches", "Open requests.", s.batches as u64);
     gauge(
+        "held",
+        "Results admitted and not yet read by their clients (bounded by --max-pending).",
+        s.held as u64,
+    );
+
+    gauge(
         "result_cache_entries",
         "Entries of the coordinator's result cache.",
         cache_entries as u64,
@@ -248,6 +311,21 @@ async fn metrics(State(app): State<App>) -> Response {
         "Error results sent to clients (invalid puzzles, puzzles given up on).",
         traffic.errors,
     );
+    counter(
+        "workers_quarantined",
+        "Workers quarantined because an answer of theirs failed the check.",
+        s.counters.quarantined,
+    );
+    counter(
+        "tasks_timed_out",
+        "Workers lost for holding a task past --task-timeout-secs.",
+        s.counters.timed_out,
+    );
+    counter(
+        "audits_passed",
+        "Audited answers another worker confirmed.",
+        s.counters.audits_passed,
+    );
     let (hits, misses) = shared.cache().counts();
     counter(
         "result_cache_hits",
@@ -267,6 +345,26 @@ async fn metrics(State(app): State<App>) -> Response {
         "answered",
         "Answers sent to clients, by strategy (`result_cache`: the coordinator's cache; `cache`: a worker's).",
         answered,
+    );
+    let depth = Family::<Labels, Gauge>::default();
+    for (class, n) in Priority::ALL.iter().zip(s.queued_by_class) {
+        depth
+            .get_or_create(&label("class", class.name()))
+            .set(n as i64);
+    }
+    registry.register(
+        "queue_depth",
+        "Puzzles waiting for a worker, by priority class.",
+        depth,
+    );
+    let rejected = Family::<Labels, Counter>::default();
+    for (reason, n) in REJECT_LABELS.iter().zip(s.counters.rejected) {
+        rejected.get_or_create(&label("reason", reason)).inc_by(n);
+    }
+    registry.register(
+        "results_rejected",
+        "Worker answers refused (never delivered nor cached), by reason.",
+        rejected,
     );
     registry.register(
         "solve_latency_seconds",

@@ -100,6 +100,32 @@ struct CoordinatorArgs {
     /// Read the client token from a file (one final newline is dropped).
     #[arg(long, value_name = "FILE", conflicts_with = "client_token")]
     client_token_file: Option<PathBuf>,
+    /// Named client tokens: a file of `NAME TOKEN` lines (blank lines and
+    /// `#` comments skipped). Each name is a client for fair sharing and
+    /// per-client limits. Read again on SIGHUP; may be combined with
+    /// --client-token (named `default`).
+    #[arg(long, value_name = "FILE")]
+    client_tokens_file: Option<PathBuf>,
+    /// Results one request may leave unread before its remaining puzzles
+    /// wait for its client to read.
+    #[arg(long, default_value_t = 16_384)]
+    max_unread: usize,
+    /// Most solver slots one worker may register.
+    #[arg(long, default_value_t = 256)]
+    max_worker_slots: u32,
+    /// A worker holding one task longer than this is stuck: it is dropped
+    /// and its tasks go to others.
+    #[arg(long, default_value_t = 30.0)]
+    task_timeout_secs: f64,
+    /// How long a worker whose answer failed the check may not register
+    /// again.
+    #[arg(long, default_value_t = 600.0)]
+    quarantine_secs: f64,
+    /// Fraction of answers re-solved on another worker to catch answers
+    /// that are valid but not optimal (0: none; 1: every puzzle twice, the
+    /// setting for workers nobody vouches for).
+    #[arg(long, default_value_t = 0.01)]
+    audit_rate: f64,
     /// Require this token from workers (`colball-server worker --token`);
     /// without it a process cannot register as a worker. Off unless given.
     #[arg(
@@ -229,6 +255,19 @@ async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
         worker_grace: secs(args.worker_grace_secs)?,
         cache_capacity: args.cache_entries,
         max_batches_per_client: args.max_batches_per_client,
+        max_unread: args.max_unread,
+        max_worker_slots: args.max_worker_slots,
+        task_timeout: secs(args.task_timeout_secs)?,
+        quarantine: secs(args.quarantine_secs)?,
+        audit_rate: if (0.0..=1.0).contains(&args.audit_rate) {
+            args.audit_rate
+        } else {
+            anyhow::bail!(
+                "--audit-rate must be between 0 and 1, not {}",
+                args.audit_rate
+            )
+        },
+        client_tokens_file: args.client_tokens_file.clone(),
         client_token: Secret::from_sources(
             args.client_token.as_deref(),
             args.client_token_file.as_deref(),
@@ -250,7 +289,8 @@ async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
     let addr = listener.local_addr()?;
     let shutdown = shutdown::on_signal();
-    let shared = coordinator::start(config, shutdown.clone());
+    let shared = coordinator::start(config, shutdown.clone())?;
+    reload_on_sighup(shared.clone());
     if let Some(http_addr) = args.http {
         let http_listener = TcpListener::bind(http_addr)
             .await
@@ -262,6 +302,29 @@ async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
     println!("listening {addr}");
     coordinator::serve(listener, shared, shutdown).await?;
     Ok(())
+}
+
+/// Reads the client tokens file again on each SIGHUP; a bad file is
+/// reported and the tokens in use stay.
+fn reload_on_sighup(shared: std::sync::Arc<coordinator::Shared>) {
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            tracing::warn!("cannot listen for SIGHUP; client tokens will not be reloaded");
+            return;
+        };
+        while hup.recv().await.is_some() {
+            match shared.reload_tokens() {
+                Ok(n) => tracing::info!(tokens = n, "client tokens reloaded"),
+                Err(e) => {
+                    tracing::error!(error = %e, "client tokens not reloaded; the old ones stay")
+                }
+            }
+        }
+    });
+    #[cfg(not(unix))]
+    let _ = shared;
 }
 
 async fn run_worker(args: WorkerArgs) -> anyhow::Result<()> {

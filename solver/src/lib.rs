@@ -5,7 +5,8 @@
 //! - [`search`]: exact searches returning an optimal move sequence;
 //! - [`format`]: the classic contest format and JSON Lines;
 //! - [`generate`]: reproducible random puzzles;
-//! - [`grade`]: verdicts on contestants' answers.
+//! - [`grade`]: verdicts on contestants' answers;
+//! - [`verify`]: replaying an answer computed elsewhere (a worker's).
 //!
 //! This crate has no async runtime, no networking and no CLI: the `colball`
 //! command, the workers and the tests all build on it.
@@ -21,6 +22,7 @@ pub mod rank;
 pub mod search;
 pub mod symmetry;
 pub mod table;
+pub mod verify;
 
 pub use board::{Board, Colour, Puzzle, Size};
 pub use engine::{Answer, Engine, EngineConfig, Method, Solver, Strategy};

@@ -105,7 +105,7 @@ pub struct Subscription {
     pub live: broadcast::Receiver<Arc<v1::ClusterEvent>>,
 }
 
-fn unix_ms() -> i64 {
+pub fn unix_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
@@ -315,13 +315,22 @@ pub struct BatchEvents {
 }
 
 impl BatchEvents {
-    /// Announces a request of `total` puzzles (`request` names the RPC).
-    pub fn accept(log: Arc<EventLog>, total: usize, request: &str) -> BatchEvents {
+    /// Announces a request of `total` puzzles (`request` names the RPC)
+    /// of a priority class from a client.
+    pub fn accept(
+        log: Arc<EventLog>,
+        total: usize,
+        request: &str,
+        priority: &str,
+        client: &str,
+    ) -> BatchEvents {
         let batch = log.next_batch();
         log.publish(Kind::BatchAccepted(v1::BatchAccepted {
             batch,
             puzzles: total as u64,
             request: request.to_string(),
+            priority: priority.to_string(),
+            client: client.to_string(),
         }));
         let total = total as u64;
         BatchEvents {
@@ -431,7 +440,7 @@ mod tests {
     fn batches_report_progress_by_tenths_and_finish_once() {
         let log = Arc::new(EventLog::new(1000));
         let mut sub = log.subscribe(None).unwrap();
-        let mut batch = BatchEvents::accept(log.clone(), 40, "solve_batch");
+        let mut batch = BatchEvents::accept(log.clone(), 40, "solve_batch", "normal", "c");
         for i in 0..40 {
             batch.result(&v1::PuzzleResult::failed(format!("p{i}"), i, "x".into()));
         }

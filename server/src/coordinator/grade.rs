@@ -24,7 +24,8 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use super::{Admitted, SolverService, expire_at, grpc_timeout};
+use super::policy::Priority;
+use super::{Admitted, Caller, SolverService, client_of, expire_at, grpc_timeout, priority};
 use crate::error::ServerError;
 
 /// The stream of a Grade call.
@@ -43,8 +44,13 @@ pub(super) async fn grade(
     request: Request<v1::GradeRequest>,
 ) -> Result<Response<GradeStream>, Status> {
     let deadline = grpc_timeout(request.metadata()).map(|t| tokio::time::Instant::now() + t);
-    let peer = request.remote_addr().map(|a| a.ip());
-    let cases = request.into_inner().cases;
+    let client = client_of(&request);
+    let request = request.into_inner();
+    let caller = Caller {
+        client,
+        priority: priority(request.priority, Priority::Normal)?,
+    };
+    let cases = request.cases;
     let mut puzzles = Vec::with_capacity(cases.len());
     let mut infos = Vec::with_capacity(cases.len());
     for case in cases {
@@ -58,7 +64,7 @@ pub(super) async fn grade(
         });
         puzzles.push(wire);
     }
-    let admitted = service.admit(puzzles, "grade", peer).await?;
+    let admitted = service.admit(puzzles, "grade", caller).await?;
     tracing::debug!(
         cases = admitted.total,
         ready = admitted.ready.len(),
@@ -80,9 +86,8 @@ async fn judge(
 ) {
     let Admitted {
         ready,
-        mut rx,
+        mut stream,
         total,
-        guard,
         mut events,
         slot,
     } = admitted;
@@ -98,7 +103,7 @@ async fn judge(
         let result = match ready.next() {
             Some(result) => result,
             None => tokio::select! {
-                event = rx.recv() => match event {
+                event = stream.next() => match event {
                     Some(Ok(result)) => result,
                     Some(Err(status)) => break Some(status.message().to_string()),
                     None => break Some(ServerError::ShuttingDown.to_string()),
@@ -126,6 +131,7 @@ async fn judge(
         {
             return;
         }
+        stream.sent(1);
     };
     events.finish(failure.as_deref().unwrap_or("complete"));
     if let Some(reason) = failure {
@@ -147,7 +153,7 @@ async fn judge(
             }
         }
     }
-    drop(guard);
+    drop(stream);
     drop(slot);
 }
 
@@ -172,7 +178,7 @@ fn verdict(info: &CaseInfo, outcome: Option<puzzle_result::Outcome>) -> Graded {
 mod tests {
     use super::*;
     use crate::coordinator::events::BatchEvents;
-    use crate::coordinator::{BatchGuard, Config, Shared};
+    use crate::coordinator::{Config, RequestStream, Shared};
     use colball_proto::grade::verdict_from_wire;
     use colball_solver::grade::Verdict;
     use tokio_util::sync::CancellationToken;
@@ -203,18 +209,22 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_batch_ends_with_error_verdicts_for_the_undecided_cases() {
-        let shared = Shared::new(Config::default(), CancellationToken::new());
-        let (batch_tx, batch_rx) = mpsc::channel(8);
+        let shared = Shared::new(Config::default(), CancellationToken::new()).unwrap();
+        let (batch_tx, batch_rx) = mpsc::unbounded_channel();
         let admitted = Admitted {
             ready: vec![solved(0, "a", 0)],
-            rx: batch_rx,
-            total: 4,
-            events: BatchEvents::accept(shared.events.clone(), 4, "grade"),
-            slot: shared.per_client.acquire(None).unwrap(),
-            guard: BatchGuard {
-                shared,
-                batch: None,
+            stream: RequestStream {
+                shared: shared.clone(),
+                id: 1,
+                rx: batch_rx,
+                buffer: Default::default(),
+                received: 1,
+                sent: 0,
+                acked: (0, 0),
             },
+            total: 4,
+            events: BatchEvents::accept(shared.events.clone(), 4, "grade", "normal", "c"),
+            slot: shared.per_client.acquire("c").unwrap(),
         };
         let infos = vec![
             info("a", Some(GivenAnswer::count(0))),
@@ -222,18 +232,16 @@ mod tests {
             info("c", Some(GivenAnswer::count(2))),
             info("d", None),
         ];
-        batch_tx.send(Ok(solved(1, "b", 0))).await.unwrap();
+        batch_tx.send(Ok(solved(1, "b", 0))).unwrap();
         batch_tx
             .send(Ok(v1::PuzzleResult::failed(
                 "c".into(),
                 2,
                 "worker gave up".into(),
             )))
-            .await
             .unwrap();
         batch_tx
             .send(Err(Status::unavailable("no workers left")))
-            .await
             .unwrap();
         let (tx, mut rx) = mpsc::channel(8);
         judge(admitted, infos, None, tx).await;

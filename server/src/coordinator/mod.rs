@@ -1,24 +1,36 @@
 //! The coordinator: serves clients (`colball.v1.Solver`) and workers
 //! (`colball.v1.Workers`) on one gRPC listener.
 //!
-//! A batch is parsed (bad puzzles become error results at once), answered
-//! from the result cache where possible, and the rest admitted into
-//! [`state::State`], which hands tasks to workers as their credit allows. A
-//! task per batch streams results back through a bounded channel; when the
-//! client goes away or its deadline passes, that task's guard cancels the
-//! batch's queued and running work.
+//! The scheduling core is [`state::State`], a pure state machine (with its
+//! policies in [`policy`]); this module is its thin async driver. Every
+//! call into the state happens under one mutex and returns
+//! [`state::Effect`]s, which [`Shared::apply`] carries out after the lock
+//! is released: messages to workers' session streams, results to requests'
+//! streams, events to the log, answers to the result cache.
 //!
-//! Workers are lost when their stream breaks or after `missed_heartbeats`
-//! heartbeat intervals of silence; their tasks go back to the front of the
-//! queue (at most `max_attempts` dispatches per task).
+//! A request is parsed (bad puzzles become error results at once),
+//! answered from the result cache where possible, and the rest admitted
+//! into the state. Its stream ([`RequestStream`]) reads results as they are
+//! delivered and tells the state how far its client has read (so a client
+//! that stops reading stops its work, and unread results count against
+//! `--max-pending`); when the client goes away or its deadline passes,
+//! dropping the stream ends the request and cancels its remaining work.
+//!
+//! Workers are lost when their stream breaks, after `missed_heartbeats`
+//! heartbeat intervals of silence, or when they hold a task past the task
+//! timeout; their tasks go back to the front of their class (at most
+//! `max_attempts` dispatches per task). A worker whose answer fails the
+//! replay check is quarantined.
 
 pub mod events;
 mod grade;
 pub mod per_client;
+pub mod policy;
 pub mod state;
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -28,53 +40,79 @@ use colball_proto::v1::{self, coordinator_message, puzzle_result, worker_message
 use colball_proto::{
     MAX_MESSAGE_BYTES, PROTOCOL_VERSION, Secret, batch_from_wire, puzzle_from_wire,
 };
+use dashmap::DashMap;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
-use tokio_stream::Stream;
-use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream, UnboundedReceiverStream};
+use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::auth::{self, Role};
+use crate::auth::{self, Identity, Role, TokenSet};
 use crate::cache::ResultCache;
 use crate::error::ServerError;
 use events::{BatchEvents, EventLog, Traffic};
 use per_client::{PerClient, Slot};
-use state::{BatchEvent, Limits, NewTask, Snapshot, State};
+use policy::{Credit, Priority};
+use state::{Effect, Effects, Limits, LossReason, NewTask, RequestSpec, Snapshot, State};
+
+/// What a request's stream receives: a result, or the status that ends it.
+pub type BatchEvent = Result<v1::PuzzleResult, Status>;
+/// What a worker's session stream sends.
+type WorkerTx = mpsc::UnboundedSender<Result<v1::CoordinatorMessage, Status>>;
 
 /// Coordinator settings. `Config::default()` suits one machine.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// Most puzzles admitted and not yet answered, over all clients.
+    /// Most results admitted and not yet read by their clients, over all
+    /// clients (queued, in flight, solved and unread).
     pub max_pending: usize,
     /// Most puzzles in one request.
     pub max_batch: usize,
+    /// Results one request may leave unread before its remaining tasks
+    /// wait for its client to read.
+    pub max_unread: usize,
     /// Dispatches of one puzzle before it gets an error result.
     pub max_attempts: u32,
     /// Tasks a worker may hold per slot: 2 lets each solver thread have the
     /// next puzzle at hand while it solves one, so no thread idles for a
     /// network round trip; a slow worker still holds only twice its slots.
     pub credit_per_slot: u32,
+    /// Most slots one worker may register.
+    pub max_worker_slots: u32,
     /// Most tasks in one assignment message.
     pub max_chunk: usize,
     /// How often workers send heartbeats.
     pub heartbeat_interval: Duration,
     /// Heartbeat intervals of silence after which a worker is lost.
     pub missed_heartbeats: u32,
+    /// Longest a worker may hold one task before it counts as stuck.
+    pub task_timeout: Duration,
     /// How long a request waits for a first worker before UNAVAILABLE.
     pub worker_grace: Duration,
+    /// How long a worker whose answer failed the check may not register
+    /// again.
+    pub quarantine: Duration,
+    /// Fraction of answers re-solved on another worker to catch answers
+    /// that replay but are not optimal (0: none; 1: every puzzle twice).
+    pub audit_rate: f64,
     /// Entries of the result cache (0 turns it off).
     pub cache_capacity: usize,
     /// Time for in-flight requests to finish after shutdown begins.
     pub drain_timeout: Duration,
     /// Cluster events kept for watchers that resume from a sequence number.
     pub events_retained: usize,
-    /// Most requests (batches or single puzzles) in flight per client IP
+    /// Most requests (batches or single puzzles) in flight per client
     /// (0: no limit); see [`per_client`].
     pub max_batches_per_client: usize,
-    /// The token clients must send (`Solver`); `None`: anyone may call.
+    /// The token clients must send (`Solver`), named `default`; `None`
+    /// (and no tokens file): anyone may call.
     pub client_token: Option<Secret>,
+    /// A file of `name token` lines: more client tokens, each naming its
+    /// client for fair sharing and limits. Read again on
+    /// [`Shared::reload_tokens`] (SIGHUP in the binary).
+    pub client_tokens_file: Option<std::path::PathBuf>,
     /// The token workers must send (`Workers`); `None`: anyone may join.
     pub worker_token: Option<Secret>,
     /// TLS for the gRPC port; `None`: plaintext.
@@ -86,21 +124,56 @@ impl Default for Config {
         Config {
             max_pending: 1_000_000,
             max_batch: 200_000,
+            max_unread: 16_384,
             max_attempts: 3,
             credit_per_slot: 2,
+            max_worker_slots: 256,
             max_chunk: 64,
             heartbeat_interval: Duration::from_secs(1),
             missed_heartbeats: 3,
+            task_timeout: Duration::from_secs(30),
             worker_grace: Duration::from_secs(10),
+            quarantine: Duration::from_secs(600),
+            audit_rate: 0.01,
             cache_capacity: 1_000_000,
             drain_timeout: Duration::from_secs(10),
             events_retained: events::DEFAULT_RETAINED,
             max_batches_per_client: 64,
             client_token: None,
+            client_tokens_file: None,
             worker_token: None,
             tls: None,
         }
     }
+}
+
+impl Config {
+    fn limits(&self) -> Limits {
+        Limits {
+            max_pending: self.max_pending,
+            max_attempts: self.max_attempts.max(1),
+            credit: Credit {
+                per_slot: self.credit_per_slot.max(1),
+            },
+            max_chunk: self.max_chunk.max(1),
+            max_unread: self.max_unread.max(1),
+            max_worker_slots: self.max_worker_slots.max(1),
+            task_timeout: self.task_timeout,
+            silence_timeout: self.heartbeat_interval * self.missed_heartbeats.max(1),
+            worker_grace: self.worker_grace,
+            quarantine: self.quarantine,
+            audit_rate: self.audit_rate.clamp(0.0, 1.0),
+            max_audits: 10_000,
+        }
+    }
+}
+
+/// One worker's session as the driver holds it.
+#[derive(Debug)]
+struct Link {
+    tx: WorkerTx,
+    /// Stops the session's reader when the state closes it.
+    stop: CancellationToken,
 }
 
 /// State shared by both services and the housekeeping task.
@@ -110,29 +183,39 @@ pub struct Shared {
     state: Mutex<State>,
     cache: ResultCache,
     per_client: Arc<PerClient>,
+    tokens: Arc<TokenSet>,
     workers: watch::Sender<usize>,
     events: Arc<EventLog>,
     shutdown: CancellationToken,
+    /// Numbers for requests and workers (the state takes them as inputs).
+    next_id: AtomicU64,
+    outboxes: DashMap<u64, mpsc::UnboundedSender<BatchEvent>>,
+    links: DashMap<u64, Link>,
 }
 
 impl Shared {
-    fn new(config: Config, shutdown: CancellationToken) -> Arc<Shared> {
-        let limits = Limits {
-            max_pending: config.max_pending,
-            max_attempts: config.max_attempts,
-            credit_per_slot: config.credit_per_slot.max(1),
-            max_chunk: config.max_chunk.max(1),
-        };
+    fn new(
+        config: Config,
+        shutdown: CancellationToken,
+    ) -> Result<Arc<Shared>, auth::TokenFileError> {
+        let tokens = TokenSet::new(
+            config.client_token.clone(),
+            config.client_tokens_file.clone(),
+        )?;
         let events = Arc::new(EventLog::new(config.events_retained));
-        Arc::new(Shared {
-            state: Mutex::new(State::new(limits, events.clone(), Instant::now())),
+        Ok(Arc::new(Shared {
+            state: Mutex::new(State::new(config.limits(), Instant::now())),
             events,
             cache: ResultCache::new(config.cache_capacity),
             per_client: PerClient::new(config.max_batches_per_client),
+            tokens,
             workers: watch::channel(0).0,
+            next_id: AtomicU64::new(1),
+            outboxes: DashMap::new(),
+            links: DashMap::new(),
             config,
             shutdown,
-        })
+        }))
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -144,8 +227,79 @@ impl Shared {
         })
     }
 
-    fn publish_workers(&self, count: usize) {
-        self.workers.send_replace(count);
+    fn fresh_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Runs one operation on the state and applies its effects after the
+    /// lock is released.
+    fn run<T>(&self, op: impl FnOnce(&mut State) -> (T, Effects)) -> T {
+        let (value, effects, workers) = {
+            let mut state = self.state();
+            let (value, effects) = op(&mut state);
+            (value, effects, state.worker_count())
+        };
+        self.apply(effects);
+        if *self.workers.borrow() != workers {
+            self.workers.send_replace(workers);
+        }
+        value
+    }
+
+    /// Carries out the state's effects.
+    fn apply(&self, effects: Effects) {
+        for effect in effects {
+            match effect {
+                Effect::Assign { worker, tasks } => self.send(
+                    worker,
+                    coordinator_message::Kind::Assign(v1::Assign { tasks }),
+                ),
+                Effect::Cancel { worker, tasks } => self.send(
+                    worker,
+                    coordinator_message::Kind::Cancel(v1::Cancel { task_ids: tasks }),
+                ),
+                Effect::Close { worker, reason } => {
+                    if let Some((_, link)) = self.links.remove(&worker) {
+                        if let Some(status) = close_status(&reason) {
+                            let _ = link.tx.send(Err(status));
+                        }
+                        link.stop.cancel();
+                    }
+                }
+                Effect::Deliver { request, result } => {
+                    if let Some(tx) = self.outboxes.get(&request) {
+                        let _ = tx.send(Ok(result));
+                    }
+                }
+                Effect::Fail { request, failure } => {
+                    if let Some(tx) = self.outboxes.get(&request) {
+                        let _ = tx.send(Err(ServerError::from(failure).into()));
+                    }
+                }
+                Effect::Publish(mut kind) => {
+                    if let v1::cluster_event::Kind::WorkerQuarantined(q) = &mut kind {
+                        q.until_unix_ms =
+                            events::unix_ms() + self.config.quarantine.as_millis() as i64;
+                    }
+                    self.events.publish(kind);
+                }
+                Effect::Cache { puzzle, answer } => self.cache.insert(puzzle, answer),
+                Effect::Evict { worker } => {
+                    let n = self.cache.evict_worker(&worker);
+                    tracing::warn!(%worker, evicted = n, "cached answers of a quarantined worker evicted");
+                }
+            }
+        }
+    }
+
+    fn send(&self, worker: u64, kind: coordinator_message::Kind) {
+        if let Some(link) = self.links.get(&worker) {
+            // A closed stream means the session is ending; its reader
+            // reports the loss.
+            let _ = link
+                .tx
+                .send(Ok(v1::CoordinatorMessage { kind: Some(kind) }));
+        }
     }
 
     /// A metrics snapshot (also used by the HTTP endpoint).
@@ -168,9 +322,35 @@ impl Shared {
         &self.cache
     }
 
+    /// The client tokens (the HTTP endpoint's `/api` checks them too).
+    pub fn tokens(&self) -> &Arc<TokenSet> {
+        &self.tokens
+    }
+
+    /// Reads the client tokens file again (SIGHUP); on an error the tokens
+    /// in use stay.
+    pub fn reload_tokens(&self) -> Result<usize, auth::TokenFileError> {
+        self.tokens.reload()
+    }
+
     /// True once shutdown has begun.
     pub fn shutting_down(&self) -> bool {
         self.shutdown.is_cancelled()
+    }
+}
+
+/// The status a worker's stream ends with, when it should say why.
+fn close_status(reason: &LossReason) -> Option<Status> {
+    match reason {
+        LossReason::Quarantined(r) => Some(Status::permission_denied(format!(
+            "quarantined: {r}; this worker's answers are refused for --quarantine-secs"
+        ))),
+        LossReason::Protocol(e) => Some(Status::invalid_argument(format!("protocol error: {e}"))),
+        LossReason::Stuck => Some(Status::deadline_exceeded(
+            "a task was held past the coordinator's --task-timeout-secs; reconnect",
+        )),
+        LossReason::Silent => Some(Status::deadline_exceeded("heartbeats missed; reconnect")),
+        LossReason::Left | LossReason::Disconnected | LossReason::Shutdown => None,
     }
 }
 
@@ -180,13 +360,27 @@ pub async fn run(
     listener: TcpListener,
     config: Config,
     shutdown: CancellationToken,
-) -> Result<(), tonic::transport::Error> {
-    let shared = Shared::new(config, shutdown.clone());
-    serve(listener, shared, shutdown).await
+) -> Result<(), RunError> {
+    let shared = start(config, shutdown.clone())?;
+    serve(listener, shared, shutdown).await?;
+    Ok(())
 }
 
-/// Like [`run`], with a handle on the shared state (for the HTTP endpoint).
-pub fn start(config: Config, shutdown: CancellationToken) -> Arc<Shared> {
+/// Why the coordinator could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Tokens(#[from] auth::TokenFileError),
+    #[error(transparent)]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Builds the coordinator's shared state (reading the client tokens
+/// file), for [`serve`] and the HTTP endpoint.
+pub fn start(
+    config: Config,
+    shutdown: CancellationToken,
+) -> Result<Arc<Shared>, auth::TokenFileError> {
     Shared::new(config, shutdown)
 }
 
@@ -196,8 +390,9 @@ pub async fn serve(
     shared: Arc<Shared>,
     shutdown: CancellationToken,
 ) -> Result<(), tonic::transport::Error> {
-    let addr = listener.local_addr().ok();
-    tracing::info!(?addr, "coordinator listening");
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "coordinator listening");
+    }
     let housekeeping = tokio::spawn(housekeeping(shared.clone()));
     let drain_timeout = shared.config.drain_timeout;
     let closer = {
@@ -206,15 +401,15 @@ pub async fn serve(
         async move {
             shutdown.cancelled().await;
             tracing::info!("coordinator shutting down");
-            shared.state().close_all(&ServerError::ShuttingDown.into());
-            shared.publish_workers(0);
+            shared.run(|s| ((), s.shutdown()));
+            shared.workers.send_replace(0);
         }
     };
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = shared.config.tls.clone() {
         builder = builder.tls_config(tls)?;
     }
-    let client_auth = auth::check(shared.config.client_token.clone(), Role::Client);
+    let client_auth = auth::check_clients(shared.tokens.clone());
     let worker_auth = auth::check(shared.config.worker_token.clone(), Role::Worker);
     let solver = SolverServer::new(SolverService {
         shared: shared.clone(),
@@ -244,7 +439,15 @@ pub async fn serve(
         .add_optional_service(
             reflection_v1alpha.map(|r| InterceptedService::new(r, client_auth.clone())),
         )
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), closer);
+        .serve_with_incoming_shutdown(
+            TcpListenerStream::new(listener).map(|s| {
+                s.inspect(|s| {
+                    // Small replies must not wait for a delayed ACK.
+                    let _ = s.set_nodelay(true);
+                })
+            }),
+            closer,
+        );
     tokio::pin!(server);
     let result = tokio::select! {
         r = &mut server => r,
@@ -340,23 +543,15 @@ async fn report_health(shared: Arc<Shared>, mut health: tonic_health::server::He
     }
 }
 
-/// Declares silent workers lost and fails batches left without workers.
+/// Declares silent and stuck workers lost, fails requests left without
+/// workers, and publishes queue depths.
 async fn housekeeping(shared: Arc<Shared>) {
     let interval = shared.config.heartbeat_interval;
-    let timeout = interval * shared.config.missed_heartbeats.max(1);
     let mut tick = tokio::time::interval((interval / 2).max(Duration::from_millis(10)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let now = Instant::now();
-        let mut state = shared.state();
-        for w in state.silent_workers(now, timeout) {
-            state.lose_worker(w, "missed heartbeats", now);
-        }
-        state.fail_if_no_workers(now, shared.config.worker_grace);
-        let count = state.worker_count();
-        drop(state);
-        shared.publish_workers(count);
+        shared.run(|s| ((), s.tick(Instant::now())));
     }
 }
 
@@ -370,42 +565,97 @@ struct SolverService {
     shared: Arc<Shared>,
 }
 
-/// Cancels a batch's remaining work when dropped: when its stream ends, the
-/// client disconnects, or a unary call is abandoned.
-struct BatchGuard {
-    shared: Arc<Shared>,
-    batch: Option<u64>,
+/// The client a call counts for: its token's name, or its IP address.
+fn client_of<T>(request: &Request<T>) -> String {
+    if let Some(Identity(name)) = request.extensions().get::<Identity>() {
+        return name.to_string();
+    }
+    request
+        .remote_addr()
+        .map_or_else(|| "unknown".to_string(), |a| a.ip().to_string())
 }
 
-impl Drop for BatchGuard {
-    fn drop(&mut self) {
-        if let Some(batch) = self.batch {
-            self.shared.state().cancel_batch(batch);
+/// The results of one admitted request as they are delivered. Reading
+/// tells the state how far the client got (so it can hold back the work of
+/// a client that does not read); dropping it ends the request, cancelling
+/// what is left of its work.
+struct RequestStream {
+    shared: Arc<Shared>,
+    id: u64,
+    rx: mpsc::UnboundedReceiver<BatchEvent>,
+    buffer: std::collections::VecDeque<BatchEvent>,
+    /// Results taken from the channel (answered-at-once ones included), and
+    /// results passed on to the client.
+    received: usize,
+    sent: usize,
+    acked: (usize, usize),
+}
+
+impl RequestStream {
+    /// The next result, or `None` when the coordinator dropped the request
+    /// (shutting down).
+    async fn next(&mut self) -> Option<BatchEvent> {
+        if let Some(event) = self.buffer.pop_front() {
+            return Some(event);
+        }
+        self.ack();
+        let mut batch = Vec::new();
+        if self.rx.recv_many(&mut batch, 256).await == 0 {
+            return None;
+        }
+        self.received += batch.len();
+        self.buffer.extend(batch);
+        self.buffer.pop_front()
+    }
+
+    /// Counts results passed on to the client.
+    fn sent(&mut self, n: usize) {
+        self.sent += n;
+    }
+
+    fn ack(&mut self) {
+        if self.acked != (self.received, self.sent) {
+            self.acked = (self.received, self.sent);
+            let (id, received, sent) = (self.id, self.received, self.sent);
+            self.shared
+                .run(|s| ((), s.ack(id, received, sent, Instant::now())));
         }
     }
 }
 
-/// A batch after parsing and the cache: results known now, and the channel
-/// the rest arrive on.
+impl Drop for RequestStream {
+    fn drop(&mut self) {
+        let id = self.id;
+        self.shared.run(|s| ((), s.end_request(id)));
+        self.shared.outboxes.remove(&id);
+    }
+}
+
+/// A request after parsing and the cache: results known now, and the
+/// stream the rest arrive on.
 struct Admitted {
     ready: Vec<v1::PuzzleResult>,
-    rx: mpsc::Receiver<BatchEvent>,
+    stream: RequestStream,
     total: usize,
-    guard: BatchGuard,
     /// Reports the request's results and end to watchers.
     events: BatchEvents,
     /// The request's place among its client's requests in flight.
     slot: Slot,
 }
 
+/// Who sent a request and how it wants to be served.
+struct Caller {
+    client: String,
+    priority: Priority,
+}
+
 impl SolverService {
-    /// Admits a request's puzzles; `request` names the RPC for watchers,
-    /// `peer` is the client's address (for the per-client limit).
+    /// Admits a request's puzzles; `request` names the RPC for watchers.
     async fn admit(
         &self,
         puzzles: Vec<v1::Puzzle>,
         request: &str,
-        peer: Option<std::net::IpAddr>,
+        caller: Caller,
     ) -> Result<Admitted, ServerError> {
         let shared = &self.shared;
         if shared.shutdown.is_cancelled() {
@@ -417,7 +667,7 @@ impl SolverService {
                 limit: shared.config.max_batch,
             });
         }
-        let slot = shared.per_client.acquire(peer)?;
+        let slot = shared.per_client.acquire(&caller.client)?;
         let total = puzzles.len();
         let parsed = batch_from_wire(&puzzles)?;
         let mut ready = Vec::new();
@@ -450,21 +700,43 @@ impl SolverService {
         if !tasks.is_empty() {
             self.wait_for_a_worker().await?;
         }
-        let (tx, rx) = mpsc::channel(tasks.len().max(1));
-        let batch = if tasks.is_empty() {
-            None
-        } else {
-            Some(shared.state().admit(tasks, tx)?)
+        let id = shared.fresh_id();
+        let (tx, rx) = mpsc::unbounded_channel();
+        // The outbox exists before the state can deliver to it.
+        shared.outboxes.insert(id, tx);
+        let spec = RequestSpec {
+            client: caller.client.clone(),
+            priority: caller.priority,
+            total,
+        };
+        let admitted = shared.run(|s| match s.admit(id, spec, tasks, Instant::now()) {
+            Ok(effects) => (Ok(()), effects),
+            Err(e) => (Err(e), Vec::new()),
+        });
+        if let Err(e) = admitted {
+            shared.outboxes.remove(&id);
+            return Err(e);
+        }
+        let stream = RequestStream {
+            shared: shared.clone(),
+            id,
+            rx,
+            buffer: Default::default(),
+            received: ready.len(),
+            sent: 0,
+            acked: (0, 0),
         };
         Ok(Admitted {
             ready,
-            rx,
+            stream,
             total,
-            guard: BatchGuard {
-                shared: shared.clone(),
-                batch,
-            },
-            events: BatchEvents::accept(shared.events.clone(), total, request),
+            events: BatchEvents::accept(
+                shared.events.clone(),
+                total,
+                request,
+                caller.priority.name(),
+                &caller.client,
+            ),
             slot,
         })
     }
@@ -473,15 +745,27 @@ impl SolverService {
     async fn wait_for_a_worker(&self) -> Result<(), ServerError> {
         let grace = self.shared.config.worker_grace;
         let mut workers = self.shared.workers.subscribe();
-        if self.shared.state().worker_count() > 0 {
-            return Ok(());
-        }
+        let ever = {
+            let s = self.shared.state();
+            if s.worker_count() > 0 {
+                return Ok(());
+            }
+            s.ever_had_worker()
+        };
         match tokio::time::timeout(grace, workers.wait_for(|n| *n > 0)).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(_)) => Err(ServerError::ShuttingDown),
-            Err(_) => Err(ServerError::NoWorkers { waited: grace }),
+            Err(_) => Err(ServerError::NoWorkers {
+                waited: grace,
+                ever,
+            }),
         }
     }
+}
+
+/// The priority of a request: its field, or the RPC's default.
+fn priority(value: i32, default: Priority) -> Result<Priority, ServerError> {
+    Priority::from_wire(value, default).ok_or(ServerError::BadPriority(value))
 }
 
 #[tonic::async_trait]
@@ -490,20 +774,22 @@ impl Solver for SolverService {
         &self,
         request: Request<v1::SolveRequest>,
     ) -> Result<Response<v1::PuzzleResult>, Status> {
-        // tonic drops this future when the deadline passes; the guard then
-        // cancels the work.
-        let peer = request.remote_addr().map(|a| a.ip());
-        let puzzle = request
-            .into_inner()
-            .puzzle
-            .ok_or(ServerError::MissingPuzzle)?;
+        // tonic drops this future when the deadline passes; dropping the
+        // stream then ends the request.
+        let client = client_of(&request);
+        let request = request.into_inner();
+        let caller = Caller {
+            client,
+            priority: priority(request.priority, Priority::Interactive)?,
+        };
+        let puzzle = request.puzzle.ok_or(ServerError::MissingPuzzle)?;
         if let Err(e) = puzzle_from_wire(&puzzle) {
             return Err(ServerError::from(e).into());
         }
-        let mut admitted = self.admit(vec![puzzle], "solve", peer).await?;
+        let mut admitted = self.admit(vec![puzzle], "solve", caller).await?;
         let result = match admitted.ready.pop() {
             Some(result) => Ok(result),
-            None => match admitted.rx.recv().await {
+            None => match admitted.stream.next().await {
                 Some(Ok(result)) => Ok(result),
                 Some(Err(status)) => Err(status),
                 None => Err(ServerError::ShuttingDown.into()),
@@ -535,9 +821,13 @@ impl Solver for SolverService {
         request: Request<v1::SolveBatchRequest>,
     ) -> Result<Response<ResultStream>, Status> {
         let deadline = grpc_timeout(request.metadata()).map(|t| tokio::time::Instant::now() + t);
-        let peer = request.remote_addr().map(|a| a.ip());
+        let client = client_of(&request);
         let request = request.into_inner();
-        let admitted = self.admit(request.puzzles, "solve_batch", peer).await?;
+        let caller = Caller {
+            client,
+            priority: priority(request.priority, Priority::Normal)?,
+        };
+        let admitted = self.admit(request.puzzles, "solve_batch", caller).await?;
         tracing::debug!(
             puzzles = admitted.total,
             ready = admitted.ready.len(),
@@ -617,8 +907,8 @@ async fn follow(
 }
 
 /// Streams a batch's results to its client, in input order if asked. Ends
-/// (and so cancels the remaining work through the guard) when every result
-/// is sent, the client goes away, or the deadline passes.
+/// (and so ends the request, cancelling its remaining work) when every
+/// result is sent, the client goes away, or the deadline passes.
 async fn forward(
     admitted: Admitted,
     ordered: bool,
@@ -627,9 +917,8 @@ async fn forward(
 ) {
     let Admitted {
         ready,
-        mut rx,
+        mut stream,
         total,
-        guard,
         mut events,
         slot,
     } = admitted;
@@ -644,7 +933,7 @@ async fn forward(
         let event = match incoming.pop() {
             Some(event) => event,
             None => tokio::select! {
-                event = rx.recv() => match event {
+                event = stream.next() => match event {
                     Some(event) => event,
                     None => Err(ServerError::ShuttingDown.into()),
                 },
@@ -679,17 +968,18 @@ async fn forward(
             sent += 1;
             if tx.send(Ok(r)).await.is_err() {
                 tracing::debug!("client went away; cancelling its batch");
-                drop(guard);
                 return;
             }
+            stream.sent(1);
         }
     }
     if sent == total {
         events.finish("complete");
     }
     // Otherwise the client went away (or an error ended the stream, already
-    // reported): dropping `events` says so.
-    drop(guard);
+    // reported): dropping `events` says so. Dropping the stream ends the
+    // request.
+    drop(stream);
     drop(slot);
 }
 
@@ -746,29 +1036,21 @@ impl Workers for WorkersService {
             );
         };
         if register.protocol_version != PROTOCOL_VERSION {
-            tracing::warn!(?peer, name = %register.name, version = register.protocol_version, "worker refused: protocol version mismatch");
+            tracing::warn!(peer = ?peer.map(|p| p.to_string()), name = %register.name, version = register.protocol_version, "worker refused: protocol version mismatch");
             return Err(ServerError::VersionMismatch {
                 worker: register.protocol_version,
                 coordinator: PROTOCOL_VERSION,
             }
             .into());
         }
-        if register.slots == 0 {
-            return Err(
-                ServerError::BadSession("register: slots must be at least 1".into()).into(),
-            );
-        }
         let shared = self.shared.clone();
-        // Room for a full credit of assignments (one task per message at
-        // worst), cancels and the greeting; try_send never finds it full
-        // unless the worker stops reading.
-        let capacity = (register.slots * shared.config.credit_per_slot.max(1)) as usize * 2 + 64;
-        let (tx, rx) = mpsc::channel(capacity);
-        let name = if register.name.is_empty() {
-            "worker".to_string()
-        } else {
-            register.name.clone()
-        };
+        let mut name: String = register.name.chars().take(64).collect();
+        if name.is_empty() {
+            name = "worker".to_string();
+        }
+        // Credit bounds what is ever queued on this stream: assignments
+        // for at most the worker's credit, their cancels, and the greeting.
+        let (tx, rx) = mpsc::unbounded_channel();
         let greeting = v1::CoordinatorMessage {
             kind: Some(coordinator_message::Kind::Registered(v1::Registered {
                 worker_id: String::new(),
@@ -776,64 +1058,79 @@ impl Workers for WorkersService {
             })),
         };
         // The greeting goes first, before any assignment.
-        tx.try_send(Ok(greeting))
-            .map_err(|_| ServerError::BadSession("worker stream closed at once".into()))?;
-        let (worker, count) = {
-            let mut state = shared.state();
-            let worker = state.add_worker(name.clone(), register.slots, tx, Instant::now());
-            (worker, state.worker_count())
-        };
-        shared.publish_workers(count);
-        tracing::info!(?peer, %name, slots = register.slots, worker, "worker joined");
-        tokio::spawn(session_loop(shared, worker, inbound));
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        let _ = tx.send(Ok(greeting));
+        let worker = shared.fresh_id();
+        let stop = CancellationToken::new();
+        shared.links.insert(
+            worker,
+            Link {
+                tx,
+                stop: stop.clone(),
+            },
+        );
+        let ip = peer.map(|p| p.ip());
+        let registered =
+            shared.run(
+                |s| match s.register(worker, &name, ip, register.slots, Instant::now()) {
+                    Ok(effects) => (Ok(()), effects),
+                    Err(e) => (Err(e), Vec::new()),
+                },
+            );
+        if let Err(e) = registered {
+            shared.links.remove(&worker);
+            tracing::warn!(peer = ?peer.map(|p| p.to_string()), %name, error = %e, "worker refused");
+            return Err(ServerError::from(e).into());
+        }
+        tracing::info!(peer = ?peer.map(|p| p.to_string()), %name, slots = register.slots, worker, "worker joined");
+        tokio::spawn(session_loop(shared, worker, inbound, stop));
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
     }
 }
 
-/// Reads one worker's messages until its stream ends or it is lost.
-async fn session_loop(shared: Arc<Shared>, worker: u64, mut inbound: Streaming<v1::WorkerMessage>) {
+/// Reads one worker's messages until its stream ends, the state closes its
+/// session, or the coordinator shuts down.
+async fn session_loop(
+    shared: Arc<Shared>,
+    worker: u64,
+    mut inbound: Streaming<v1::WorkerMessage>,
+    stop: CancellationToken,
+) {
     let reason = loop {
         let message = tokio::select! {
             m = inbound.message() => m,
-            () = shared.shutdown.cancelled() => break "coordinator shutting down",
+            () = stop.cancelled() => return,
+            () = shared.shutdown.cancelled() => break LossReason::Shutdown,
         };
         let message = match message {
             Ok(Some(m)) => m,
-            Ok(None) => break "left",
-            Err(_) => break "stream broken",
+            Ok(None) | Err(_) => break LossReason::Disconnected,
         };
-        let mut state = shared.state();
-        if !state.has_worker(worker) {
-            break "already lost";
-        }
-        state.touch(worker, Instant::now());
+        let now = Instant::now();
         match message.kind {
             Some(worker_message::Kind::Heartbeat(h)) => {
-                if let Some(cache) = h.cache {
-                    state.worker_cache(worker, cache);
-                }
+                shared.run(|s| {
+                    s.heartbeat(worker, h.cache, now);
+                    ((), Vec::new())
+                });
             }
-            None => {}
+            None => shared.run(|s| {
+                s.heartbeat(worker, None, now);
+                ((), Vec::new())
+            }),
             Some(worker_message::Kind::Draining(_)) => {
                 tracing::info!(worker, "worker draining");
-                state.drain_worker(worker, Instant::now());
+                shared.run(|s| ((), s.drain(worker, now)));
             }
             Some(worker_message::Kind::Result(result)) => {
-                if let Err(e) = state.on_result(worker, result, &shared.cache) {
-                    tracing::warn!(worker, error = %e, "bad message from worker");
-                }
+                shared.run(|s| ((), s.result(worker, result, now)));
             }
             Some(worker_message::Kind::Register(_)) => {
                 tracing::warn!(worker, "worker registered twice; ignored");
             }
         }
     };
-    let count = {
-        let mut state = shared.state();
-        state.lose_worker(worker, reason, Instant::now());
-        state.worker_count()
-    };
-    shared.publish_workers(count);
+    shared.run(|s| ((), s.worker_lost(worker, reason, Instant::now())));
+    shared.links.remove(&worker);
 }
 
 #[cfg(test)]

@@ -1,17 +1,18 @@
 //! Batches in flight per client.
 //!
-//! "A client" is the peer's IP address as the coordinator sees it: every
-//! process on one machine (or behind one NAT or proxy) shares the count.
-//! Tokens are shared secrets, the same for every client, so they cannot
-//! tell clients apart; a connection can, but one client can open many.
-//! Behind a load balancer that does not preserve source addresses, every
-//! client shares one count: raise `--max-batches-per-client` there.
+//! "A client" is the same identity fair sharing uses: the name of the
+//! token it presented when client tokens are configured (one per grader,
+//! with `--client-tokens-file`), otherwise its IP address as the
+//! coordinator sees it, so every process on one machine (or behind one NAT
+//! or proxy) shares the count. Behind a load balancer that does not
+//! preserve source addresses, and without named tokens, every client shares
+//! one count: raise `--max-batches-per-client` there, or give each client a
+//! token.
 //!
 //! The map holds only peers with a batch in flight (an entry goes when its
 //! count reaches zero), so it is bounded by the batches admitted.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::error::ServerError;
@@ -20,14 +21,14 @@ use crate::error::ServerError;
 #[derive(Debug)]
 pub struct PerClient {
     limit: usize,
-    counts: Mutex<HashMap<Option<IpAddr>, usize>>,
+    counts: Mutex<HashMap<String, usize>>,
 }
 
 /// One batch in flight; gives its place back when dropped.
 #[derive(Debug)]
 pub struct Slot {
     owner: Arc<PerClient>,
-    peer: Option<IpAddr>,
+    client: String,
 }
 
 impl PerClient {
@@ -39,28 +40,28 @@ impl PerClient {
         })
     }
 
-    /// Takes a place for a batch from `peer` (unknown peers share one
-    /// count), or RESOURCE_EXHAUSTED when it has `limit` already.
-    pub fn acquire(self: &Arc<Self>, peer: Option<IpAddr>) -> Result<Slot, ServerError> {
+    /// Takes a place for a batch from `client`, or RESOURCE_EXHAUSTED when
+    /// it has `limit` already.
+    pub fn acquire(self: &Arc<Self>, client: &str) -> Result<Slot, ServerError> {
         let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        let count = counts.entry(peer).or_insert(0);
+        let count = counts.entry(client.to_string()).or_insert(0);
         if self.limit > 0 && *count >= self.limit {
             return Err(ServerError::TooManyBatches {
-                peer: peer.map_or_else(|| "unknown".to_string(), |p| p.to_string()),
+                peer: client.to_string(),
                 limit: self.limit,
             });
         }
         *count += 1;
         Ok(Slot {
             owner: self.clone(),
-            peer,
+            client: client.to_string(),
         })
     }
 
-    /// Batches in flight from `peer`.
-    pub fn in_flight(&self, peer: Option<IpAddr>) -> usize {
+    /// Batches in flight from `client`.
+    pub fn in_flight(&self, client: &str) -> usize {
         let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        counts.get(&peer).copied().unwrap_or(0)
+        counts.get(client).copied().unwrap_or(0)
     }
 
     /// Peers with a batch in flight.
@@ -79,10 +80,10 @@ impl Drop for Slot {
             .counts
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = counts.get_mut(&self.peer) {
+        if let Some(count) = counts.get_mut(&self.client) {
             *count -= 1;
             if *count == 0 {
-                counts.remove(&self.peer);
+                counts.remove(&self.client);
             }
         }
     }
@@ -95,8 +96,7 @@ mod tests {
     #[test]
     fn counts_per_peer_and_forgets_idle_peers() {
         let limits = PerClient::new(2);
-        let a: Option<IpAddr> = Some("10.0.0.1".parse().unwrap());
-        let b: Option<IpAddr> = Some("10.0.0.2".parse().unwrap());
+        let (a, b) = ("10.0.0.1", "alice");
         let s1 = limits.acquire(a).unwrap();
         let s2 = limits.acquire(a).unwrap();
         let e = limits.acquire(a).unwrap_err();
@@ -114,8 +114,8 @@ mod tests {
     #[test]
     fn zero_means_unlimited() {
         let limits = PerClient::new(0);
-        let slots: Vec<_> = (0..100).map(|_| limits.acquire(None).unwrap()).collect();
-        assert_eq!(limits.in_flight(None), 100);
+        let slots: Vec<_> = (0..100).map(|_| limits.acquire("x").unwrap()).collect();
+        assert_eq!(limits.in_flight("x"), 100);
         drop(slots);
         assert_eq!(limits.peers(), 0);
     }

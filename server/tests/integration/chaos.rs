@@ -141,7 +141,7 @@ fn solve_in_background(
 ) -> tokio::task::JoinHandle<Result<Vec<RemoteSolved>, SolveError<std::convert::Infallible>>> {
     tokio::task::spawn_blocking(move || {
         let mut out = Vec::new();
-        remote::solve_in_order(&url, &remote::Security::default(), &puzzles, |r| {
+        remote::solve_in_order(&url, &remote::Security::default(), None, &puzzles, |r| {
             out.push(r);
             received.fetch_add(1, Ordering::Relaxed);
             Ok(())

@@ -166,6 +166,7 @@ async fn bad_puzzles_are_error_results_naming_id_and_field() {
         target: vec!["RB".into(), "XG".into()],
     };
     let request = v1::SolveBatchRequest {
+        priority: 0,
         puzzles: vec![good.clone(), bad.clone()],
         ordered: true,
     };
@@ -193,15 +194,15 @@ async fn bad_puzzles_are_error_results_naming_id_and_field() {
     );
 
     let status = raw
-        .solve(v1::SolveRequest { puzzle: Some(bad) })
+        .solve(v1::SolveRequest {
+            puzzle: Some(bad),
+            ..Default::default()
+        })
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument);
     assert!(status.message().contains("field target"), "{status:?}");
-    let status = raw
-        .solve(v1::SolveRequest { puzzle: None })
-        .await
-        .unwrap_err();
+    let status = raw.solve(v1::SolveRequest::default()).await.unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument);
     cluster.shutdown().await;
 }
@@ -332,6 +333,7 @@ async fn deadlines_are_honoured() {
         .map(|(id, p)| colball_proto::puzzle_to_wire(id, &p))
         .collect();
     let mut request = tonic::Request::new(v1::SolveBatchRequest {
+        priority: 0,
         puzzles,
         ordered: false,
     });

@@ -180,6 +180,7 @@ async fn malformed_puzzles_are_named_and_the_rest_solved() {
         (puzzle("b", &ok, &["GB", "RB"]), None),
     ];
     let request = v1::SolveBatchRequest {
+        priority: 0,
         puzzles: cases.iter().map(|(p, _)| p.clone()).collect(),
         ordered: true,
     };
@@ -214,6 +215,7 @@ async fn malformed_puzzles_are_named_and_the_rest_solved() {
     // A whole-request problem is a status.
     let status = raw
         .solve_batch(v1::SolveBatchRequest {
+            priority: 0,
             puzzles: vec![],
             ordered: false,
         })
@@ -233,6 +235,7 @@ async fn messages_over_the_size_limit_are_refused() {
         .max_encoding_message_size(4 * MAX_MESSAGE_BYTES);
     let id = "i".repeat(MAX_ID_BYTES);
     let big = v1::SolveBatchRequest {
+        priority: 0,
         puzzles: (0..MAX_MESSAGE_BYTES / 200)
             .map(|i| puzzle(&format!("{i}{id}"), &["RB", "BG"], &["RB", "BG"]))
             .collect(),
