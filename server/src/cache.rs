@@ -24,6 +24,9 @@ pub struct Answer {
 #[derive(Debug)]
 pub struct ResultCache {
     map: DashMap<Puzzle, Answer>,
+    /// Workers whose answers were evicted: later inserts of theirs (still
+    /// on their way when they were caught) are refused.
+    banned: DashMap<String, ()>,
     capacity: usize,
     hits: AtomicU64,
     misses: AtomicU64,
@@ -34,6 +37,7 @@ impl ResultCache {
     pub fn new(capacity: usize) -> ResultCache {
         ResultCache {
             map: DashMap::new(),
+            banned: DashMap::new(),
             capacity,
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -60,6 +64,9 @@ impl ResultCache {
     /// only after their sequence was replayed, so both are valid; where
     /// one is kept already, the shorter stands (an audit's correction).
     pub fn insert(&self, puzzle: Puzzle, answer: Answer) {
+        if self.banned.contains_key(&answer.worker) {
+            return;
+        }
         if let Some(mut kept) = self.map.get_mut(&puzzle) {
             if answer.moves < kept.moves {
                 *kept = answer;
@@ -74,6 +81,10 @@ impl ResultCache {
     /// Forgets every answer that came from `worker` (its shown name): an
     /// audit caught it answering longer than optimal. Returns how many.
     pub fn evict_worker(&self, worker: &str) -> usize {
+        // Bounded: one entry per quarantined worker, at most 10,000 kept.
+        if self.banned.len() < 10_000 {
+            self.banned.insert(worker.to_string(), ());
+        }
         let before = self.map.len();
         self.map.retain(|_, a| a.worker != worker);
         before - self.map.len()
@@ -123,5 +134,8 @@ mod tests {
         assert_eq!(cache.get(&puzzles[0]), Some(shorter));
         assert_eq!(cache.evict_worker("w"), 1);
         assert_eq!(cache.len(), 1);
+        // A caught worker's answer still on its way is not kept.
+        cache.insert(puzzles[2], answer.clone());
+        assert_eq!(cache.get(&puzzles[2]), None);
     }
 }

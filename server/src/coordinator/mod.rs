@@ -1098,7 +1098,16 @@ async fn session_loop(
     let reason = loop {
         let message = tokio::select! {
             m = inbound.message() => m,
-            () = stop.cancelled() => return,
+            () = stop.cancelled() => {
+                // The state closed this session; its stream ends with a
+                // status saying why. Dropping the worker's half now could
+                // reset the call before that status is sent, so keep
+                // reading (and ignoring) for a moment, until the worker
+                // hangs up.
+                let linger = async { while let Ok(Some(_)) = inbound.message().await {} };
+                let _ = tokio::time::timeout(Duration::from_secs(5), linger).await;
+                return;
+            }
             () = shared.shutdown.cancelled() => break LossReason::Shutdown,
         };
         let message = match message {

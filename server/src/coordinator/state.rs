@@ -394,6 +394,8 @@ struct Audit {
     id: String,
     origin: u64,
     origin_name: String,
+    /// Whom to quarantine if the origin has gone by the time it is caught.
+    origin_key: WorkerKey,
     moves: i64,
     /// The worker solving it now.
     worker: Option<u64>,
@@ -826,6 +828,10 @@ impl State {
             }
         }
         if let LossReason::Quarantined(rejected) = &reason {
+            // None of its answers is trusted any more.
+            effects.push(Effect::Evict {
+                worker: w.name.clone(),
+            });
             let until = now + self.limits.quarantine;
             self.quarantined
                 .insert(w.key.clone(), (until, rejected.to_string()));
@@ -1048,6 +1054,9 @@ impl State {
         if self.limits.audit_rate <= 0.0 {
             return;
         }
+        let Some(key) = self.workers.get(&worker).map(|w| w.key.clone()) else {
+            return;
+        };
         if self.limits.audit_rate < 1.0 && self.random_unit() >= self.limits.audit_rate {
             return;
         }
@@ -1063,6 +1072,7 @@ impl State {
                 id: task.id.clone(),
                 origin: worker,
                 origin_name: name.to_string(),
+                origin_key: key,
                 moves,
                 worker: None,
             },
@@ -1120,9 +1130,6 @@ impl State {
         };
         if loser == audit.origin {
             tracing::warn!(worker = %audit.origin_name, %rejected, "audit: a shorter answer found elsewhere");
-            effects.push(Effect::Evict {
-                worker: audit.origin_name.clone(),
-            });
             let name = self
                 .workers
                 .get(&worker)
@@ -1138,27 +1145,26 @@ impl State {
                 },
             });
             if !self.workers.contains_key(&loser) {
-                // Gone already: it may still not come back for a while.
+                // Gone already: its answers are evicted, and it may not
+                // come back for a while.
+                effects.push(Effect::Evict {
+                    worker: audit.origin_name.clone(),
+                });
                 self.counters.rejected[5] += 1;
-                self.counters.quarantined += 1;
-                if let Some(key) = self.key_of_gone(&audit.origin_name) {
+                let already = self
+                    .quarantined
+                    .get(&audit.origin_key)
+                    .is_some_and(|(until, _)| *until > now);
+                if !already {
+                    self.counters.quarantined += 1;
                     let until = now + self.limits.quarantine;
-                    self.quarantined.insert(key, (until, rejected.to_string()));
+                    self.quarantined
+                        .insert(audit.origin_key, (until, rejected.to_string()));
                 }
                 return;
             }
         }
         self.reject(loser, None, rejected, now, effects);
-    }
-
-    /// Gone workers are not kept; their quarantine key is their name
-    /// without the `#id` suffix and no known address.
-    fn key_of_gone(&self, shown: &str) -> Option<WorkerKey> {
-        let name = shown.rsplit_once('#').map(|(n, _)| n)?;
-        Some(WorkerKey {
-            name: name.to_string(),
-            peer: None,
-        })
     }
 
     /// Housekeeping: silent and stuck workers are lost, requests without

@@ -89,7 +89,12 @@ pub struct FakeWorker {
 impl FakeWorker {
     /// Joins and sends a heartbeat every 50 ms while it lives.
     pub async fn join(url: &str, slots: u32) -> Result<FakeWorker, tonic::Status> {
-        let fake = FakeWorker::silent(url, slots).await?;
+        FakeWorker::join_as(url, "fake", slots).await
+    }
+
+    /// Like [`Self::join`], under another name.
+    pub async fn join_as(url: &str, name: &str, slots: u32) -> Result<FakeWorker, tonic::Status> {
+        let fake = FakeWorker::register(url, name, slots).await?;
         let out = fake.out.clone();
         tokio::spawn(async move {
             let beat = v1::WorkerMessage {
@@ -107,12 +112,16 @@ impl FakeWorker {
 
     /// Joins and never sends a heartbeat.
     pub async fn silent(url: &str, slots: u32) -> Result<FakeWorker, tonic::Status> {
+        FakeWorker::register(url, "fake", slots).await
+    }
+
+    async fn register(url: &str, name: &str, slots: u32) -> Result<FakeWorker, tonic::Status> {
         let mut client = WorkersClient::connect(url.to_string()).await.unwrap();
         let (out, rx) = mpsc::channel(64);
         out.send(v1::WorkerMessage {
             kind: Some(worker_message::Kind::Register(v1::Register {
                 protocol_version: PROTOCOL_VERSION,
-                name: "fake".into(),
+                name: name.into(),
                 slots,
             })),
         })

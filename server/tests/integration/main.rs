@@ -13,6 +13,7 @@ mod chaos;
 mod cluster;
 mod dashboard;
 mod deploy;
+mod hostile;
 mod ops;
 mod processes;
 mod secure_processes;
