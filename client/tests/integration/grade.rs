@@ -494,6 +494,7 @@ async fn a_malformed_puzzle_gets_an_error_verdict_not_a_broken_stream() {
         target: vec!["RB".into(), target.into()],
     };
     let request = v1::GradeRequest {
+        priority: 0,
         cases: vec![
             v1::GradeCase {
                 puzzle: Some(puzzle("bad", "GX")),

@@ -18,4 +18,5 @@ mod connect;
 mod grade;
 mod lost;
 mod secure_connect;
+mod untrusted;
 mod watch;

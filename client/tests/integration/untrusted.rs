@@ -1,0 +1,115 @@
+//! The client does not trust the cluster either: `colball solve --connect`
+//! replays every sequence it receives, and a coordinator (here a fake one)
+//! that sends an answer that does not solve its puzzle gets exit status 1
+//! naming the puzzle, with nothing wrong printed.
+
+use std::pin::Pin;
+
+use colball_proto::puzzle_from_wire;
+use colball_proto::v1::solver_server::{Solver, SolverServer};
+use colball_proto::v1::{self, puzzle_result};
+use colball_solver::BidirSearch;
+use tokio::net::TcpListener;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::{Request, Response, Status};
+
+use crate::common::run as colball;
+
+/// Answers every puzzle truly except the one at `bad`, for which it sends
+/// `(moves, solution)`.
+struct LyingCoordinator {
+    bad: u64,
+    lie: (i64, &'static str),
+}
+
+type Results = Pin<Box<dyn Stream<Item = Result<v1::PuzzleResult, Status>> + Send>>;
+type Verdicts = Pin<Box<dyn Stream<Item = Result<v1::GradeResult, Status>> + Send>>;
+type Events = Pin<Box<dyn Stream<Item = Result<v1::ClusterEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Solver for LyingCoordinator {
+    async fn solve(
+        &self,
+        _: Request<v1::SolveRequest>,
+    ) -> Result<Response<v1::PuzzleResult>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
+
+    type SolveBatchStream = Results;
+
+    async fn solve_batch(
+        &self,
+        request: Request<v1::SolveBatchRequest>,
+    ) -> Result<Response<Results>, Status> {
+        let mut search = BidirSearch::new();
+        let results: Vec<Result<v1::PuzzleResult, Status>> = request
+            .into_inner()
+            .puzzles
+            .iter()
+            .enumerate()
+            .map(|(i, wire)| {
+                let s = search.solve(&puzzle_from_wire(wire).unwrap());
+                let (moves, solution) = if i as u64 == self.bad {
+                    (self.lie.0, self.lie.1.to_string())
+                } else {
+                    (s.answer(), s.notation())
+                };
+                Ok(v1::PuzzleResult {
+                    id: wire.id.clone(),
+                    index: i as u64,
+                    outcome: Some(puzzle_result::Outcome::Solved(v1::Solved {
+                        moves,
+                        solution,
+                        strategy: "bidir".into(),
+                        ..Default::default()
+                    })),
+                })
+            })
+            .collect();
+        Ok(Response::new(Box::pin(tokio_stream::iter(results))))
+    }
+
+    type GradeStream = Verdicts;
+
+    async fn grade(&self, _: Request<v1::GradeRequest>) -> Result<Response<Verdicts>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
+
+    type WatchStream = Events;
+
+    async fn watch(&self, _: Request<v1::WatchRequest>) -> Result<Response<Events>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_that_do_not_solve_their_puzzle_are_refused() {
+    // Two 3x3 puzzles, one move apart each: "r22" solves both.
+    let input = b"3 3\nRRR\nBBB\nGGG\nBRR\nBRB\nGGG\n3 3\nRRR\nBBB\nGGG\nBRR\nBRB\nGGG\n0\n";
+    for (lie, why) in [
+        ((1, "c33"), "does not turn the start into the target"),
+        ((2, "r22"), "disagrees with its sequence"),
+        ((-1, ""), "says it is not (-1)"),
+    ] {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(SolverServer::new(LyingCoordinator { bad: 1, lie }))
+                .serve_with_incoming(TcpListenerStream::new(listener)),
+        );
+        let out = tokio::task::spawn_blocking(move || {
+            colball(&["solve", "--moves", "--connect", &url], None, input)
+        })
+        .await
+        .unwrap();
+        server.abort();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{lie:?}: {stderr}");
+        assert!(stderr.contains("puzzle \"2\""), "{stderr}");
+        assert!(stderr.contains(why), "{lie:?}: {stderr}");
+        // The first (true) answer was printed; the lie was not.
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "1 r22\n", "{lie:?}");
+    }
+}
