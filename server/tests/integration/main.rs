@@ -18,3 +18,4 @@ mod ops;
 mod processes;
 mod secure_processes;
 mod security;
+mod sharing;

@@ -157,3 +157,46 @@ async fn sigterm_drains_a_busy_worker_without_losing_results() {
     assert_eq!(metric(&c.http, "workers_lost_total"), 0);
     assert_eq!(metric(&c.http, "redispatched_total"), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_rereads_the_client_tokens_file() {
+    use colball_client::remote::Security;
+    use colball_proto::Secret;
+    let dir = std::env::temp_dir().join(format!("colball-hup-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, "alice tok-a\n").unwrap();
+    let c = coordinator(&["--client-tokens-file", tokens.to_str().unwrap()]);
+    let _w = worker(&c.url, "w", &[]);
+    wait_metric(&c.http, "workers", |n| n == 1).await;
+    let as_client = |t: &str| Security {
+        token: Some(Secret::new(t, "test").unwrap()),
+        ..Security::default()
+    };
+    let (puzzles, _) = mixed(31, 5, 0);
+    let solve = |token: &'static str| {
+        let (url, puzzles, security) = (c.url.clone(), puzzles.clone(), as_client(token));
+        async move {
+            let mut client = Client::connect_with(&url, &security).await.unwrap();
+            match client.solve_stream(&puzzles, false).await {
+                Ok(stream) => stream.collect::<Vec<_>>().await.iter().all(|r| r.is_ok()),
+                Err(_) => false,
+            }
+        }
+    };
+    assert!(solve("tok-a").await);
+    assert!(!solve("tok-b").await, "bob has no token yet");
+    std::fs::write(&tokens, "alice tok-a\nbob tok-b\n").unwrap();
+    c.proc.signal("HUP");
+    // The reload is asynchronous: poll, bounded.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !solve("tok-b").await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "SIGHUP did not reload the tokens"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(solve("tok-a").await);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
