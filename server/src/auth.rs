@@ -91,13 +91,13 @@ pub enum TokenFileError {
 
 /// Reads `name token` pairs, one per line; blank lines and lines starting
 /// with `#` are skipped, surrounding whitespace is trimmed.
-pub fn read_tokens_file(path: &Path) -> Result<Vec<(Arc<str>, Secret)>, TokenFileError> {
+pub fn read_tokens_file(path: &Path) -> Result<NamedTokens, TokenFileError> {
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| TokenFileError::Unreadable {
         path: shown.clone(),
         reason: e.to_string(),
     })?;
-    let mut tokens: Vec<(Arc<str>, Secret)> = Vec::new();
+    let mut tokens: NamedTokens = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -125,6 +125,9 @@ pub fn read_tokens_file(path: &Path) -> Result<Vec<(Arc<str>, Secret)>, TokenFil
     Ok(tokens)
 }
 
+/// Named tokens: `(name, token)` pairs.
+pub type NamedTokens = Vec<(Arc<str>, Secret)>;
+
 /// The client tokens a coordinator accepts, by name: the single
 /// `--client-token` (named [`DEFAULT_NAME`]) and the pairs of
 /// `--client-tokens-file`, which [`TokenSet::reload`] reads again (on
@@ -133,7 +136,7 @@ pub fn read_tokens_file(path: &Path) -> Result<Vec<(Arc<str>, Secret)>, TokenFil
 pub struct TokenSet {
     single: Option<Secret>,
     file: Option<PathBuf>,
-    tokens: RwLock<Arc<Vec<(Arc<str>, Secret)>>>,
+    tokens: RwLock<Arc<NamedTokens>>,
 }
 
 impl TokenSet {
@@ -169,7 +172,7 @@ impl TokenSet {
         self.current().is_empty()
     }
 
-    fn current(&self) -> Arc<Vec<(Arc<str>, Secret)>> {
+    fn current(&self) -> Arc<NamedTokens> {
         self.tokens
             .read()
             .unwrap_or_else(PoisonError::into_inner)

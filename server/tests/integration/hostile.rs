@@ -252,3 +252,33 @@ async fn registrations_outside_the_slot_limits_are_refused() {
     assert!(FakeWorker::join(&cluster.url(), 256).await.is_ok());
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_binaries_refuse_a_liar_and_stay_exact() {
+    use crate::common::procs::{self, Stderr, metric, wait_metric};
+    use std::path::Path;
+    let bin = Path::new(env!("CARGO_BIN_EXE_colball-server"));
+    let c = procs::coordinator(bin, "127.0.0.1:0", &["--audit-rate", "0"]);
+    let liar = spawn_liar(
+        FakeWorker::join_as(&c.url, "liar", 4).await.unwrap(),
+        Lie::Fixed,
+    );
+    let _honest = procs::worker(bin, &c.url, "honest", Stderr::Warn, &[]);
+    wait_metric(&c.http, "workers", |n| n == 2).await;
+    let (puzzles, answers) = mixed(300, 400, 20);
+    let mut client = Client::connect(&c.url).await.unwrap();
+    solve_exactly(&mut client, &puzzles, &answers).await;
+    let ended = tokio::time::timeout(Duration::from_secs(10), liar)
+        .await
+        .expect("the liar is still connected")
+        .unwrap();
+    assert_eq!(ended.map(|s| s.code()), Some(Code::PermissionDenied));
+    assert_eq!(metric(&c.http, "workers_quarantined_total"), 1);
+    let body = procs::metrics_text(&c.http).unwrap();
+    assert!(
+        body.contains("colball_results_rejected_total{reason=\"misses_target\"} 1"),
+        "{body}"
+    );
+    // From the cache now, still exact.
+    solve_exactly(&mut client, &puzzles, &answers).await;
+}
