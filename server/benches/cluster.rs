@@ -18,21 +18,12 @@ use std::time::{Duration, Instant};
 use colball_client::remote::Client;
 use colball_server::coordinator::Config;
 use colball_server::testing::LocalCluster;
-use colball_solver::generate::Generator;
 use colball_solver::{BidirSearch, Puzzle, Size};
 use tokio_stream::StreamExt;
 
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+mod common;
 
-fn batch(seed: u64, size: Size, n: usize) -> Vec<(String, Puzzle)> {
-    let mut g = Generator::new(seed);
-    (0..n).map(|i| (format!("p{i}"), g.uniform(size))).collect()
-}
+use common::{batch, env};
 
 /// Puzzles per second in-process: `threads` searches taking the next puzzle.
 fn in_process(puzzles: &[(String, Puzzle)], threads: usize) -> f64 {

@@ -25,21 +25,12 @@ use colball_client::remote::{Client, Security};
 use colball_proto::{Secret, v1};
 use colball_server::coordinator::Config;
 use colball_server::testing::LocalCluster;
-use colball_solver::generate::Generator;
 use colball_solver::{Puzzle, Size};
 use tokio_stream::StreamExt;
 
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+mod common;
 
-fn batch(seed: u64, size: Size, n: usize) -> Vec<(String, Puzzle)> {
-    let mut g = Generator::new(seed);
-    (0..n).map(|i| (format!("p{i}"), g.uniform(size))).collect()
-}
+use common::{batch, env};
 
 async fn client(url: &str, token: &str) -> Client {
     let security = Security {

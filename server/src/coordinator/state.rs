@@ -1537,6 +1537,13 @@ mod tests {
         }
     }
 
+    /// An empty state with one limit changed.
+    fn state_with(change: impl FnOnce(&mut Limits), now: Instant) -> State {
+        let mut l = limits();
+        change(&mut l);
+        State::new(l, now)
+    }
+
     /// A state with one worker (id 1) of `slots` slots, as of `now`.
     fn with_worker(slots: u32, now: Instant) -> State {
         let mut s = State::new(limits(), now);
@@ -1616,13 +1623,17 @@ mod tests {
     fn solved(task_id: u64, moves: i64, solution: &str) -> v1::TaskResult {
         v1::TaskResult {
             task_id,
-            outcome: Some(task_result::Outcome::Solved(v1::TaskSolved {
-                moves,
-                solution: solution.into(),
-                strategy: "bidir".into(),
-                time_us: 1,
-            })),
+            outcome: Some(outcome(moves, solution.to_string())),
         }
+    }
+
+    fn outcome(moves: i64, solution: String) -> task_result::Outcome {
+        task_result::Outcome::Solved(v1::TaskSolved {
+            moves,
+            solution,
+            strategy: "bidir".into(),
+            time_us: 1,
+        })
     }
 
     fn outcome_moves(r: &v1::PuzzleResult) -> Option<i64> {
@@ -1741,13 +1752,7 @@ mod tests {
     #[test]
     fn a_client_that_does_not_read_stops_its_dispatch() {
         let now = Instant::now();
-        let mut s = State::new(
-            Limits {
-                max_unread: 4,
-                ..limits()
-            },
-            now,
-        );
+        let mut s = state_with(|l| l.max_unread = 4, now);
         s.register(1, "w", None, 2, now).unwrap();
         let mut held = assigned(
             &s.admit(10, spec("c", Priority::Normal, 20), tasks(20), now)
@@ -2072,13 +2077,7 @@ mod tests {
     #[test]
     fn an_audit_that_finds_a_shorter_answer_quarantines_the_first_worker() {
         let now = Instant::now();
-        let mut s = State::new(
-            Limits {
-                audit_rate: 1.0,
-                ..limits()
-            },
-            now,
-        );
+        let mut s = state_with(|l| l.audit_rate = 1.0, now);
         s.register(1, "padder", None, 1, now).unwrap();
         let held = assigned(
             &s.admit(10, spec("c", Priority::Normal, 1), tasks(1), now)
@@ -2425,40 +2424,13 @@ mod tests {
                         puzzles_of.insert(task_id, puzzle);
                         let (n, text) = answers[&puzzle].clone();
                         let outcome = match how {
-                            How::Right | How::NotHeld | How::Late => {
-                                Some(task_result::Outcome::Solved(v1::TaskSolved {
-                                    moves: n,
-                                    solution: text,
-                                    strategy: "bidir".into(),
-                                    time_us: 1,
-                                }))
-                            }
-                            How::WrongCount => Some(task_result::Outcome::Solved(v1::TaskSolved {
-                                moves: n + 1,
-                                solution: text,
-                                strategy: "x".into(),
-                                time_us: 1,
-                            })),
-                            How::Misses => Some(task_result::Outcome::Solved(v1::TaskSolved {
-                                moves: 1,
-                                solution: "c22".into(),
-                                strategy: "x".into(),
-                                time_us: 1,
-                            })),
+                            How::Right | How::NotHeld | How::Late => Some(outcome(n, text)),
+                            How::WrongCount => Some(outcome(n + 1, text)),
+                            How::Misses => Some(outcome(1, "c22".into())),
                             How::Padded if n >= 0 => {
-                                Some(task_result::Outcome::Solved(v1::TaskSolved {
-                                    moves: n + 4,
-                                    solution: format!("{text} r22 r22 r22 r22"),
-                                    strategy: "x".into(),
-                                    time_us: 1,
-                                }))
+                                Some(outcome(n + 4, format!("{text} r22 r22 r22 r22")))
                             }
-                            How::Padded => Some(task_result::Outcome::Solved(v1::TaskSolved {
-                                moves: n,
-                                solution: text,
-                                strategy: "x".into(),
-                                time_us: 1,
-                            })),
+                            How::Padded => Some(outcome(n, text)),
                             How::NoOutcome => None,
                             How::Cancelled => {
                                 Some(task_result::Outcome::Cancelled(v1::Cancelled {}))
@@ -2540,12 +2512,7 @@ mod tests {
                         let outcome = match puzzle {
                             Some(p) => {
                                 let (n, text) = answers[&p].clone();
-                                task_result::Outcome::Solved(v1::TaskSolved {
-                                    moves: n,
-                                    solution: text,
-                                    strategy: "bidir".into(),
-                                    time_us: 1,
-                                })
+                                outcome(n, text)
                             }
                             None => task_result::Outcome::Cancelled(v1::Cancelled {}),
                         };

@@ -1,0 +1,19 @@
+//! What the cluster benchmarks share: settings from the environment and
+//! reproducible batches.
+
+use colball_solver::generate::Generator;
+use colball_solver::{Puzzle, Size};
+
+/// A number from the environment variable `name`, or `default`.
+pub fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// `n` uniformly random puzzles of `size`, named `p0..`.
+pub fn batch(seed: u64, size: Size, n: usize) -> Vec<(String, Puzzle)> {
+    let mut g = Generator::new(seed);
+    (0..n).map(|i| (format!("p{i}"), g.uniform(size))).collect()
+}

@@ -1,0 +1,575 @@
+//! The job store: jobs, their puzzles and their results in SQLite.
+//!
+//! With `--data-dir DIR` the database is `DIR/colball.sqlite3`, in WAL
+//! mode with `synchronous = FULL`, so a transaction that returned is on
+//! disk: a job is acknowledged only after its puzzles' transaction, and a
+//! result is streamed to a client only after its own. Without a data dir
+//! the same code runs on an in-memory database, lost on restart. A user
+//! can open the file with `sqlite3` to look inside (the schema is below);
+//! `sqlite3 colball.sqlite3 ".backup copy.sqlite3"` copies it safely while
+//! the coordinator runs.
+//!
+//! Every call blocks; the driver runs them off the async threads. One
+//! connection behind a mutex serves all: writes are grouped by the caller
+//! (many results per transaction), so the lock is taken per group, not
+//! per puzzle.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use colball_proto::prost::Message;
+use colball_proto::v1;
+use colball_solver::{Board, Puzzle, Size};
+use rusqlite::{Connection, OptionalExtension, params};
+
+/// The database file's name under the data dir.
+pub const FILE_NAME: &str = "colball.sqlite3";
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS jobs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    owner TEXT NOT NULL,
+    name TEXT NOT NULL,
+    priority INTEGER NOT NULL,
+    state INTEGER NOT NULL,
+    puzzles INTEGER NOT NULL,
+    solved INTEGER NOT NULL DEFAULT 0,
+    errors INTEGER NOT NULL DEFAULT 0,
+    created_ms INTEGER NOT NULL,
+    finished_ms INTEGER NOT NULL DEFAULT 0,
+    failure TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, seq);
+CREATE TABLE IF NOT EXISTS puzzles (
+    job INTEGER NOT NULL,
+    idx INTEGER NOT NULL,
+    id TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    start INTEGER NOT NULL,
+    target INTEGER NOT NULL,
+    PRIMARY KEY (job, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS results (
+    job INTEGER NOT NULL,
+    idx INTEGER NOT NULL,
+    error INTEGER NOT NULL,
+    result BLOB NOT NULL,
+    PRIMARY KEY (job, idx)
+) WITHOUT ROWID;
+";
+
+/// A job's state as stored (the wire `JobState` numbers, and 0 while its
+/// puzzles are still arriving: such a job was never acknowledged).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobState {
+    Receiving = 0,
+    Queued = 1,
+    Running = 2,
+    Done = 3,
+    Cancelled = 4,
+    Failed = 5,
+}
+
+impl JobState {
+    fn from_db(n: i64) -> JobState {
+        match n {
+            1 => JobState::Queued,
+            2 => JobState::Running,
+            3 => JobState::Done,
+            4 => JobState::Cancelled,
+            5 => JobState::Failed,
+            _ => JobState::Receiving,
+        }
+    }
+
+    pub fn finished(self) -> bool {
+        matches!(
+            self,
+            JobState::Done | JobState::Cancelled | JobState::Failed
+        )
+    }
+}
+
+/// A job's row.
+#[derive(Clone, Debug)]
+pub struct JobRow {
+    pub seq: i64,
+    pub owner: String,
+    pub name: String,
+    pub priority: i32,
+    pub state: JobState,
+    pub puzzles: u64,
+    pub solved: u64,
+    pub errors: u64,
+    pub created_ms: i64,
+    pub finished_ms: i64,
+    pub failure: String,
+}
+
+impl JobRow {
+    /// The id clients use.
+    pub fn id(&self) -> String {
+        job_id(self.seq)
+    }
+
+    pub fn to_wire(&self) -> v1::Job {
+        v1::Job {
+            id: self.id(),
+            name: self.name.clone(),
+            state: self.state as i32,
+            priority: self.priority,
+            puzzles: self.puzzles,
+            solved: self.solved,
+            errors: self.errors,
+            remaining: self.puzzles.saturating_sub(self.solved + self.errors),
+            created_unix_ms: self.created_ms,
+            finished_unix_ms: self.finished_ms,
+            failure: self.failure.clone(),
+        }
+    }
+}
+
+/// The id of job number `seq`.
+pub fn job_id(seq: i64) -> String {
+    format!("j{seq}")
+}
+
+/// The number of a job id, if it is one.
+pub fn job_seq(id: &str) -> Option<i64> {
+    id.strip_prefix('j')?.parse().ok().filter(|n| *n > 0)
+}
+
+/// One puzzle of a job as submitted: parsed, or the error result it gets.
+#[derive(Debug)]
+pub enum Entry {
+    Puzzle { id: String, puzzle: Puzzle },
+    Invalid(v1::PuzzleResult),
+}
+
+/// The store could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("the job database {path}: {reason}")]
+    Open { path: String, reason: String },
+    #[error("the job store failed: {0}")]
+    Sql(#[from] rusqlite::Error),
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct Store {
+    conn: Mutex<Connection>,
+    path: Option<PathBuf>,
+}
+
+fn pack_size(size: Size) -> i64 {
+    (size.rows() * 10 + size.cols()) as i64
+}
+
+fn unpack(size: i64, start: i64, target: i64) -> Option<Puzzle> {
+    let size = Size::new((size / 10) as usize, (size % 10) as usize).ok()?;
+    let start = Board::from_packed(size, u32::try_from(start).ok()?)?;
+    let target = Board::from_packed(size, u32::try_from(target).ok()?)?;
+    Puzzle::new(start, target).ok()
+}
+
+impl Store {
+    /// Opens (or creates) the database in `dir`, or an in-memory one. A
+    /// file that is not a database, is damaged, or cannot be written is an
+    /// error naming the file and what is wrong.
+    pub fn open(dir: Option<&Path>) -> Result<Store, StoreError> {
+        let path = dir.map(|d| d.join(FILE_NAME));
+        let shown = path
+            .as_ref()
+            .map_or_else(|| "(in memory)".to_string(), |p| p.display().to_string());
+        let fail = |reason: String| StoreError::Open {
+            path: shown.clone(),
+            reason,
+        };
+        if let Some(d) = dir {
+            std::fs::create_dir_all(d)
+                .map_err(|e| fail(format!("cannot create the data dir: {e}")))?;
+        }
+        let conn = match &path {
+            Some(p) => Connection::open(p),
+            None => Connection::open_in_memory(),
+        }
+        .map_err(|e| fail(e.to_string()))?;
+        let setup = || -> rusqlite::Result<String> {
+            conn.busy_timeout(std::time::Duration::from_secs(5))?;
+            let check: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
+            if check != "ok" {
+                return Ok(format!("the database is damaged: {check}"));
+            }
+            conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))?;
+            conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = OFF;")?;
+            conn.execute_batch(SCHEMA)?;
+            // Jobs whose puzzles never all arrived were never acknowledged.
+            conn.execute(
+                "DELETE FROM puzzles WHERE job IN (SELECT seq FROM jobs WHERE state = 0)",
+                [],
+            )?;
+            conn.execute(
+                "DELETE FROM results WHERE job IN (SELECT seq FROM jobs WHERE state = 0)",
+                [],
+            )?;
+            conn.execute("DELETE FROM jobs WHERE state = 0", [])?;
+            Ok(String::new())
+        };
+        match setup() {
+            Ok(problem) if problem.is_empty() => {}
+            Ok(problem) => return Err(fail(problem)),
+            Err(e) => return Err(fail(e.to_string())),
+        }
+        Ok(Store {
+            conn: Mutex::new(conn),
+            path,
+        })
+    }
+
+    /// The database file, if on disk.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts a job whose puzzles are about to arrive.
+    pub fn create(
+        &self,
+        owner: &str,
+        name: &str,
+        priority: i32,
+        now_ms: i64,
+    ) -> Result<i64, StoreError> {
+        let conn = self.conn();
+        conn.execute(
+            "INSERT INTO jobs (owner, name, priority, state, puzzles, created_ms) VALUES (?1, ?2, ?3, 0, 0, ?4)",
+            params![owner, name, priority, now_ms],
+        )?;
+        Ok(conn.last_insert_rowid())
+    }
+
+    /// Stores a chunk of a job's puzzles from index `first` on, in one
+    /// transaction; invalid ones get their error result at once.
+    pub fn add(&self, job: i64, first: u64, entries: &[Entry]) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        {
+            let mut puzzle = tx.prepare_cached(
+                "INSERT INTO puzzles (job, idx, id, size, start, target) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?;
+            let mut invalid = tx.prepare_cached(
+                "INSERT INTO results (job, idx, error, result) VALUES (?1, ?2, 1, ?3)",
+            )?;
+            let mut errors = 0;
+            for (i, e) in entries.iter().enumerate() {
+                let idx = (first + i as u64) as i64;
+                match e {
+                    Entry::Puzzle { id, puzzle: p } => {
+                        puzzle.execute(params![
+                            job,
+                            idx,
+                            id,
+                            pack_size(p.size()),
+                            p.start().packed(),
+                            p.target().packed()
+                        ])?;
+                    }
+                    Entry::Invalid(r) => {
+                        let r = v1::PuzzleResult {
+                            index: idx as u64,
+                            ..r.clone()
+                        };
+                        invalid.execute(params![job, idx, r.encode_to_vec()])?;
+                        errors += 1;
+                    }
+                }
+            }
+            tx.execute(
+                "UPDATE jobs SET puzzles = puzzles + ?2, errors = errors + ?3 WHERE seq = ?1",
+                params![job, entries.len() as i64, errors],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Every puzzle has arrived: the job is acknowledged and queued (or
+    /// done at once when every puzzle was invalid).
+    pub fn seal(&self, job: i64, now_ms: i64) -> Result<JobRow, StoreError> {
+        let conn = self.conn();
+        conn.execute(
+            "UPDATE jobs SET state = CASE WHEN errors = puzzles THEN 3 ELSE 1 END,
+                finished_ms = CASE WHEN errors = puzzles THEN ?2 ELSE 0 END WHERE seq = ?1",
+            params![job, now_ms],
+        )?;
+        drop(conn);
+        self.job(job)?
+            .ok_or(StoreError::Sql(rusqlite::Error::QueryReturnedNoRows))
+    }
+
+    /// Forgets a job and everything of it.
+    pub fn delete(&self, job: i64) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        tx.execute("DELETE FROM results WHERE job = ?1", [job])?;
+        tx.execute("DELETE FROM puzzles WHERE job = ?1", [job])?;
+        tx.execute("DELETE FROM jobs WHERE seq = ?1", [job])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn job(&self, job: i64) -> Result<Option<JobRow>, StoreError> {
+        let conn = self.conn();
+        Ok(conn
+            .query_row(
+                "SELECT seq, owner, name, priority, state, puzzles, solved, errors, created_ms, finished_ms, failure FROM jobs WHERE seq = ?1",
+                [job],
+                row,
+            )
+            .optional()?)
+    }
+
+    /// The owner's jobs (acknowledged ones), newest first.
+    pub fn list(&self, owner: &str) -> Result<Vec<JobRow>, StoreError> {
+        let conn = self.conn();
+        let mut q = conn.prepare_cached(
+            "SELECT seq, owner, name, priority, state, puzzles, solved, errors, created_ms, finished_ms, failure FROM jobs WHERE owner = ?1 AND state != 0 ORDER BY seq DESC",
+        )?;
+        let rows = q.query_map([owner], row)?.collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    /// Jobs queued or running (after a restart: to take up again).
+    pub fn unfinished(&self) -> Result<Vec<JobRow>, StoreError> {
+        let conn = self.conn();
+        let mut q = conn.prepare_cached(
+            "SELECT seq, owner, name, priority, state, puzzles, solved, errors, created_ms, finished_ms, failure FROM jobs WHERE state IN (1, 2) ORDER BY seq",
+        )?;
+        let rows = q.query_map([], row)?.collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    pub fn set_state(
+        &self,
+        job: i64,
+        state: JobState,
+        failure: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let finished = if state.finished() { now_ms } else { 0 };
+        self.conn().execute(
+            "UPDATE jobs SET state = ?2, failure = ?3, finished_ms = ?4 WHERE seq = ?1",
+            params![job, state as i64, failure, finished],
+        )?;
+        Ok(())
+    }
+
+    /// Up to `limit` puzzles of the job after index `after` (or from the
+    /// start) that have no result yet, in index order.
+    pub fn pending(
+        &self,
+        job: i64,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<(u64, String, Puzzle)>, StoreError> {
+        let conn = self.conn();
+        let mut q = conn.prepare_cached(
+            "SELECT p.idx, p.id, p.size, p.start, p.target FROM puzzles p
+             WHERE p.job = ?1 AND p.idx > ?2
+               AND NOT EXISTS (SELECT 1 FROM results r WHERE r.job = p.job AND r.idx = p.idx)
+             ORDER BY p.idx LIMIT ?3",
+        )?;
+        let after = after.map_or(-1, |a| a as i64);
+        let rows = q
+            .query_map(params![job, after, limit as i64], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, i64>(4)?,
+                ))
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(idx, id, size, start, target)| {
+                unpack(size, start, target).map(|p| (idx as u64, id, p))
+            })
+            .collect())
+    }
+
+    /// Stores results (grouped: one transaction for all of them). A result
+    /// already stored is kept. Returns how many were new.
+    pub fn put_results(&self, results: &[(i64, v1::PuzzleResult)]) -> Result<usize, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let mut new = 0;
+        {
+            let mut insert = tx.prepare_cached(
+                "INSERT OR IGNORE INTO results (job, idx, error, result) VALUES (?1, ?2, ?3, ?4)",
+            )?;
+            let mut count = tx.prepare_cached(
+                "UPDATE jobs SET solved = solved + ?2, errors = errors + ?3 WHERE seq = ?1",
+            )?;
+            for (job, r) in results {
+                let error = matches!(r.outcome, Some(v1::puzzle_result::Outcome::Error(_)));
+                let n = insert.execute(params![job, r.index as i64, error, r.encode_to_vec()])?;
+                if n > 0 {
+                    new += 1;
+                    count.execute(params![job, i64::from(!error), i64::from(error)])?;
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(new)
+    }
+
+    /// Stored results of the job from index `from`, in order, up to the
+    /// first one missing (at most `limit`).
+    pub fn results(
+        &self,
+        job: i64,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<v1::PuzzleResult>, StoreError> {
+        let conn = self.conn();
+        let mut q = conn.prepare_cached(
+            "SELECT idx, result FROM results WHERE job = ?1 AND idx >= ?2 ORDER BY idx LIMIT ?3",
+        )?;
+        let rows = q
+            .query_map(params![job, from as i64, limit as i64], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut out = Vec::with_capacity(rows.len());
+        let mut next = from;
+        for (idx, bytes) in rows {
+            if idx as u64 != next {
+                break;
+            }
+            let Ok(r) = v1::PuzzleResult::decode(bytes.as_slice()) else {
+                break;
+            };
+            out.push(r);
+            next += 1;
+        }
+        Ok(out)
+    }
+}
+
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRow> {
+    Ok(JobRow {
+        seq: r.get(0)?,
+        owner: r.get(1)?,
+        name: r.get(2)?,
+        priority: r.get(3)?,
+        state: JobState::from_db(r.get(4)?),
+        puzzles: r.get::<_, i64>(5)? as u64,
+        solved: r.get::<_, i64>(6)? as u64,
+        errors: r.get::<_, i64>(7)? as u64,
+        created_ms: r.get(8)?,
+        finished_ms: r.get(9)?,
+        failure: r.get(10)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use colball_solver::generate::Generator;
+
+    fn entries(n: usize) -> Vec<Entry> {
+        let mut g = Generator::new(4);
+        (0..n)
+            .map(|i| Entry::Puzzle {
+                id: format!("p{i}"),
+                puzzle: g.uniform(Size::ALL[i % Size::ALL.len()]),
+            })
+            .collect()
+    }
+
+    fn solved(index: u64) -> v1::PuzzleResult {
+        v1::PuzzleResult {
+            id: format!("p{index}"),
+            index,
+            outcome: Some(v1::puzzle_result::Outcome::Solved(v1::Solved {
+                moves: 3,
+                ..Default::default()
+            })),
+        }
+    }
+
+    #[test]
+    fn jobs_round_trip_and_survive_a_reopen() {
+        let dir = std::env::temp_dir().join(format!("colball-store-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let s = Store::open(Some(&dir)).unwrap();
+        let job = s.create("alice", "night run", 3, 1).unwrap();
+        let all = entries(10);
+        s.add(job, 0, &all[..6]).unwrap();
+        s.add(job, 6, &all[6..]).unwrap();
+        // An unacknowledged job is not listed.
+        assert!(s.list("alice").unwrap().is_empty());
+        let row = s.seal(job, 2).unwrap();
+        assert_eq!((row.state, row.puzzles), (JobState::Queued, 10));
+        let pending = s.pending(job, None, 4).unwrap();
+        assert_eq!(
+            pending.iter().map(|p| p.0).collect::<Vec<_>>(),
+            vec![0, 1, 2, 3]
+        );
+        for (p, e) in pending.iter().zip(&all) {
+            let Entry::Puzzle { puzzle, .. } = e else {
+                unreachable!()
+            };
+            assert_eq!(&p.2, puzzle, "puzzles come back as they went in");
+        }
+        assert_eq!(
+            s.put_results(&[(job, solved(0)), (job, solved(1)), (job, solved(3))])
+                .unwrap(),
+            3
+        );
+        assert_eq!(s.put_results(&[(job, solved(1))]).unwrap(), 0, "kept once");
+        // Results in order up to the first gap.
+        assert_eq!(s.results(job, 0, 100).unwrap().len(), 2);
+        assert_eq!(s.results(job, 3, 100).unwrap().len(), 1);
+        assert_eq!(s.pending(job, None, 100).unwrap().len(), 7);
+        assert_eq!(s.pending(job, Some(3), 100).unwrap()[0].0, 4);
+        drop(s);
+        let s = Store::open(Some(&dir)).unwrap();
+        let row = s.job(job).unwrap().unwrap();
+        assert_eq!(
+            (row.solved, row.errors, row.owner.as_str()),
+            (3, 0, "alice")
+        );
+        assert_eq!(s.unfinished().unwrap().len(), 1);
+        // A job whose puzzles never all arrived is gone after a reopen.
+        let half = s.create("bob", "", 3, 3).unwrap();
+        s.add(half, 0, &all[..2]).unwrap();
+        drop(s);
+        let s = Store::open(Some(&dir)).unwrap();
+        assert!(s.job(half).unwrap().is_none());
+        s.delete(job).unwrap();
+        assert!(s.job(job).unwrap().is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_damaged_file_is_named() {
+        let dir = std::env::temp_dir().join(format!("colball-store-bad-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join(FILE_NAME),
+            b"this is not a database, just some text".repeat(200),
+        )
+        .unwrap();
+        let e = Store::open(Some(&dir)).unwrap_err().to_string();
+        assert!(e.contains(FILE_NAME), "{e}");
+        assert!(e.contains("not a database"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
