@@ -11,6 +11,7 @@
 
 pub mod bench;
 pub mod grade;
+pub mod jobs;
 pub mod local;
 pub mod progress;
 pub mod remote;

@@ -16,6 +16,8 @@ use colball_solver::generate::Generator;
 use colball_solver::{BidirSearch, Engine, EngineConfig, Puzzle, Size, Solution, Strategy};
 use std::sync::Arc;
 
+mod job_cmd;
+
 /// Exact solver for the colball puzzle (GDOI 2008).
 #[derive(Parser, Debug)]
 #[command(name = "colball", version, about, long_about = None)]
@@ -42,6 +44,9 @@ enum Command {
     /// Grade answers against the optimal ones: one verdict per case and a
     /// score. Exit status 0 whatever the verdicts, 1 for unusable input.
     Grade(GradeArgs),
+    /// Durable jobs on a cluster: submit a puzzle file, get an id, read its
+    /// results later (from any index, as often as needed).
+    Job(job_cmd::JobArgs),
 }
 
 #[derive(Args, Debug)]
@@ -298,6 +303,7 @@ fn main() -> ExitCode {
         Command::Gen(args) => generate(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => run_bench(args).map(|()| ExitCode::SUCCESS),
         Command::Watch(args) => run_watch(args).map(|()| ExitCode::SUCCESS),
+        Command::Job(args) => job_cmd::run(args),
     };
     match result {
         Ok(code) => code,

@@ -187,6 +187,41 @@ fn connect_hint(url: &str) -> &'static str {
     }
 }
 
+/// One HTTP/2 connection to the coordinator at `url` with `security`'s TLS
+/// settings (the token is added per call, by [`Bearer`]).
+pub async fn channel(url: &str, security: &Security) -> Result<Channel, ClientError> {
+    let endpoint = Endpoint::from_shared(url.to_string())
+        .map_err(|e| ClientError::BadUrl {
+            url: url.to_string(),
+            reason: e.to_string(),
+        })?
+        .connect_timeout(Duration::from_secs(10))
+        // Small requests must not wait for a delayed ACK.
+        .tcp_nodelay(true)
+        // Without pings, a coordinator that vanishes without closing the
+        // connection (its machine lost power, the network partitioned)
+        // would leave a batch waiting forever. A ping every 10 s, and no
+        // answer within 20 s, breaks the connection, which
+        // `solve_in_order` reports as lost (the worker does the same).
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_timeout(Duration::from_secs(20))
+        .keep_alive_while_idle(true);
+    let endpoint = colball_proto::tls::secure(
+        endpoint,
+        url,
+        security.tls.as_ref(),
+        security.ca_file.as_deref(),
+    )?;
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|source| ClientError::Connect {
+            url: url.to_string(),
+            source,
+        })?;
+    Ok(channel)
+}
+
 /// A connection to a coordinator. Cheap to clone (one HTTP/2 connection).
 #[derive(Clone, Debug)]
 pub struct Client {
@@ -205,33 +240,7 @@ impl Client {
     /// Connects to `url` with a token and TLS settings (an `https://` URL
     /// needs `security.tls`).
     pub async fn connect_with(url: &str, security: &Security) -> Result<Client, ClientError> {
-        let endpoint = Endpoint::from_shared(url.to_string())
-            .map_err(|e| ClientError::BadUrl {
-                url: url.to_string(),
-                reason: e.to_string(),
-            })?
-            .connect_timeout(Duration::from_secs(10))
-            // Without pings, a coordinator that vanishes without closing the
-            // connection (its machine lost power, the network partitioned)
-            // would leave a batch waiting forever. A ping every 10 s, and no
-            // answer within 20 s, breaks the connection, which
-            // `solve_in_order` reports as lost (the worker does the same).
-            .http2_keep_alive_interval(Duration::from_secs(10))
-            .keep_alive_timeout(Duration::from_secs(20))
-            .keep_alive_while_idle(true);
-        let endpoint = colball_proto::tls::secure(
-            endpoint,
-            url,
-            security.tls.as_ref(),
-            security.ca_file.as_deref(),
-        )?;
-        let channel = endpoint
-            .connect()
-            .await
-            .map_err(|source| ClientError::Connect {
-                url: url.to_string(),
-                source,
-            })?;
+        let channel = channel(url, security).await?;
         let inner = SolverClient::with_interceptor(channel, Bearer::new(security.token.as_ref()))
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);

@@ -100,6 +100,14 @@ struct CoordinatorArgs {
     /// Read the client token from a file (one final newline is dropped).
     #[arg(long, value_name = "FILE", conflicts_with = "client_token")]
     client_token_file: Option<PathBuf>,
+    /// Keep durable jobs (their puzzles and results) in a SQLite database
+    /// in this directory, so they survive restarts. Without it jobs live
+    /// in memory and are lost when the coordinator stops.
+    #[arg(long, value_name = "DIR", env = "COLBALL_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Most puzzles in one job.
+    #[arg(long, default_value_t = 10_000_000)]
+    max_job_puzzles: usize,
     /// Named client tokens: a file of `NAME TOKEN` lines (blank lines and
     /// `#` comments skipped). Each name is a client for fair sharing and
     /// per-client limits. Read again on SIGHUP; may be combined with
@@ -268,6 +276,8 @@ async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
             )
         },
         client_tokens_file: args.client_tokens_file.clone(),
+        data_dir: args.data_dir.clone(),
+        max_job_puzzles: args.max_job_puzzles,
         client_token: Secret::from_sources(
             args.client_token.as_deref(),
             args.client_token_file.as_deref(),

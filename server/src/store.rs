@@ -447,8 +447,7 @@ impl Store {
             })?
             .collect::<Result<Vec<_>, _>>()?;
         let mut out = Vec::with_capacity(rows.len());
-        let mut next = from;
-        for (idx, bytes) in rows {
+        for (next, (idx, bytes)) in (from..).zip(rows) {
             if idx as u64 != next {
                 break;
             }
@@ -456,7 +455,6 @@ impl Store {
                 break;
             };
             out.push(r);
-            next += 1;
         }
         Ok(out)
     }

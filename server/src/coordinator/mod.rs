@@ -24,6 +24,7 @@
 
 pub mod events;
 mod grade;
+pub mod jobs;
 pub mod per_client;
 pub mod policy;
 pub mod state;
@@ -117,6 +118,10 @@ pub struct Config {
     pub worker_token: Option<Secret>,
     /// TLS for the gRPC port; `None`: plaintext.
     pub tls: Option<tonic::transport::ServerTlsConfig>,
+    /// Where the job store lives (`None`: in memory, lost on restart).
+    pub data_dir: Option<std::path::PathBuf>,
+    /// Most puzzles in one job.
+    pub max_job_puzzles: usize,
 }
 
 impl Default for Config {
@@ -143,6 +148,8 @@ impl Default for Config {
             client_tokens_file: None,
             worker_token: None,
             tls: None,
+            data_dir: None,
+            max_job_puzzles: 10_000_000,
         }
     }
 }
@@ -191,19 +198,36 @@ pub struct Shared {
     next_id: AtomicU64,
     outboxes: DashMap<u64, mpsc::UnboundedSender<BatchEvent>>,
     links: DashMap<u64, Link>,
+    /// The job store, the jobs running now, and the store's writer.
+    store: Arc<crate::store::Store>,
+    runs: DashMap<i64, jobs::Run>,
+    writer: mpsc::UnboundedSender<jobs::ToWrite>,
+    writer_rx: Mutex<Option<mpsc::UnboundedReceiver<jobs::ToWrite>>>,
+}
+
+/// Why the coordinator could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Tokens(#[from] auth::TokenFileError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
 }
 
 impl Shared {
-    fn new(
-        config: Config,
-        shutdown: CancellationToken,
-    ) -> Result<Arc<Shared>, auth::TokenFileError> {
+    fn new(config: Config, shutdown: CancellationToken) -> Result<Arc<Shared>, StartError> {
         let tokens = TokenSet::new(
             config.client_token.clone(),
             config.client_tokens_file.clone(),
         )?;
         let events = Arc::new(EventLog::new(config.events_retained));
+        let store = jobs::open_store(config.data_dir.as_deref())?;
+        let (writer, writer_rx) = mpsc::unbounded_channel();
         Ok(Arc::new(Shared {
+            store,
+            runs: DashMap::new(),
+            writer,
+            writer_rx: Mutex::new(Some(writer_rx)),
             state: Mutex::new(State::new(config.limits(), Instant::now())),
             events,
             cache: ResultCache::new(config.cache_capacity),
@@ -370,17 +394,14 @@ pub async fn run(
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error(transparent)]
-    Tokens(#[from] auth::TokenFileError),
+    Start(#[from] StartError),
     #[error(transparent)]
     Transport(#[from] tonic::transport::Error),
 }
 
 /// Builds the coordinator's shared state (reading the client tokens
 /// file), for [`serve`] and the HTTP endpoint.
-pub fn start(
-    config: Config,
-    shutdown: CancellationToken,
-) -> Result<Arc<Shared>, auth::TokenFileError> {
+pub fn start(config: Config, shutdown: CancellationToken) -> Result<Arc<Shared>, StartError> {
     Shared::new(config, shutdown)
 }
 
@@ -394,6 +415,15 @@ pub async fn serve(
         tracing::info!(%addr, "coordinator listening");
     }
     let housekeeping = tokio::spawn(housekeeping(shared.clone()));
+    let writer_rx = shared
+        .writer_rx
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    if let Some(rx) = writer_rx {
+        tokio::spawn(jobs::writer(shared.clone(), rx));
+        tokio::spawn(jobs::resume(shared.clone()));
+    }
     let drain_timeout = shared.config.drain_timeout;
     let closer = {
         let shared = shared.clone();
@@ -416,6 +446,11 @@ pub async fn serve(
     })
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let job_service = v1::jobs_server::JobsServer::new(jobs::JobsService {
+        shared: shared.clone(),
+    })
+    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let workers = WorkersServer::new(WorkersService {
         shared: shared.clone(),
     })
@@ -431,6 +466,7 @@ pub async fn serve(
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
         .add_service(InterceptedService::new(solver, client_auth.clone()))
+        .add_service(InterceptedService::new(job_service, client_auth.clone()))
         .add_service(InterceptedService::new(workers, worker_auth))
         .add_service(health_service)
         .add_optional_service(
@@ -643,6 +679,38 @@ struct Admitted {
     slot: Slot,
 }
 
+impl Shared {
+    /// Admits a request into the state: its results arrive on the stream
+    /// returned (which ends the request when dropped).
+    fn admit_request(
+        self: &Arc<Self>,
+        spec: RequestSpec,
+        tasks: Vec<NewTask>,
+    ) -> Result<RequestStream, ServerError> {
+        let id = self.fresh_id();
+        let (tx, rx) = mpsc::unbounded_channel();
+        // The outbox exists before the state can deliver to it.
+        self.outboxes.insert(id, tx);
+        let admitted = self.run(|s| match s.admit(id, spec, tasks, Instant::now()) {
+            Ok(effects) => (Ok(()), effects),
+            Err(e) => (Err(e), Vec::new()),
+        });
+        if let Err(e) = admitted {
+            self.outboxes.remove(&id);
+            return Err(e);
+        }
+        Ok(RequestStream {
+            shared: self.clone(),
+            id,
+            rx,
+            buffer: Default::default(),
+            received: 0,
+            sent: 0,
+            acked: (0, 0),
+        })
+    }
+}
+
 /// Who sent a request and how it wants to be served.
 struct Caller {
     client: String,
@@ -700,32 +768,13 @@ impl SolverService {
         if !tasks.is_empty() {
             self.wait_for_a_worker().await?;
         }
-        let id = shared.fresh_id();
-        let (tx, rx) = mpsc::unbounded_channel();
-        // The outbox exists before the state can deliver to it.
-        shared.outboxes.insert(id, tx);
         let spec = RequestSpec {
             client: caller.client.clone(),
             priority: caller.priority,
             total,
         };
-        let admitted = shared.run(|s| match s.admit(id, spec, tasks, Instant::now()) {
-            Ok(effects) => (Ok(()), effects),
-            Err(e) => (Err(e), Vec::new()),
-        });
-        if let Err(e) = admitted {
-            shared.outboxes.remove(&id);
-            return Err(e);
-        }
-        let stream = RequestStream {
-            shared: shared.clone(),
-            id,
-            rx,
-            buffer: Default::default(),
-            received: ready.len(),
-            sent: 0,
-            acked: (0, 0),
-        };
+        let mut stream = shared.admit_request(spec, tasks)?;
+        stream.received = ready.len();
         Ok(Admitted {
             ready,
             stream,

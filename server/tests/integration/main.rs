@@ -14,6 +14,7 @@ mod cluster;
 mod dashboard;
 mod deploy;
 mod hostile;
+mod jobs;
 mod ops;
 mod processes;
 mod secure_processes;

@@ -1,0 +1,258 @@
+//! `colball job ...`: durable jobs on a cluster.
+
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand, ValueEnum};
+use colball_client::jobs::{self, Jobs};
+use colball_client::remote::CONNECT_ENV;
+use colball_proto::v1::{self, puzzle_result};
+use colball_solver::format::{Format, classic, jsonl};
+use tokio_stream::StreamExt;
+
+use crate::{OutputFormat, PriorityArg, SecurityArgs, read_input};
+
+#[derive(Args, Debug)]
+pub struct JobArgs {
+    #[command(subcommand)]
+    command: JobCommand,
+    /// The coordinator's URL, for example `http://127.0.0.1:50051`.
+    #[arg(long, env = CONNECT_ENV, value_name = "URL", global = true)]
+    connect: Option<String>,
+    #[command(flatten)]
+    security: SecurityArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum JobCommand {
+    /// Store a puzzle file on the cluster as a job; prints its id alone on
+    /// standard output once every puzzle is stored.
+    Submit {
+        /// Puzzle file (classic or JSON Lines); `-` or nothing reads
+        /// standard input.
+        input: Option<PathBuf>,
+        /// The job's priority class (default bulk).
+        #[arg(long, value_enum)]
+        priority: Option<PriorityArg>,
+        /// A name for people.
+        #[arg(long, default_value = "")]
+        name: String,
+    },
+    /// A job's state and counts.
+    Status {
+        id: String,
+        #[arg(long, value_enum, default_value_t = StatusFormat::Text)]
+        format: StatusFormat,
+    },
+    /// Your jobs, newest first.
+    List {
+        #[arg(long, value_enum, default_value_t = StatusFormat::Text)]
+        format: StatusFormat,
+    },
+    /// Stop a job; the results stored so far stay readable.
+    Cancel { id: String },
+    /// Cancel a job if needed and delete it with its results.
+    Delete { id: String },
+    /// Print a job's results in input order, as `colball solve` prints
+    /// them: those stored now, or with `--wait` all of them as they come.
+    Results {
+        id: String,
+        /// Follow the job until its last result.
+        #[arg(long)]
+        wait: bool,
+        /// Start at this result (0-based), e.g. after the ones already read.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        from: u64,
+        /// Also print one optimal move sequence per case.
+        #[arg(long)]
+        moves: bool,
+        #[arg(long, value_enum, default_value_t = OutputFormat::Classic)]
+        output: OutputFormat,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum StatusFormat {
+    Text,
+    Json,
+}
+
+pub fn run(args: JobArgs) -> Result<ExitCode> {
+    let url = args
+        .connect
+        .clone()
+        .context("colball job needs the coordinator: --connect URL or COLBALL_CONNECT")?;
+    let security = args.security.security()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let mut jobs = Jobs::connect(&url, &security).await?;
+        match args.command {
+            JobCommand::Submit {
+                input,
+                priority,
+                name,
+            } => submit(&mut jobs, input, priority, &name).await,
+            JobCommand::Status { id, format } => {
+                let job = jobs.get(&id).await?;
+                print_jobs(&[job], format)?;
+                Ok(ExitCode::SUCCESS)
+            }
+            JobCommand::List { format } => {
+                print_jobs(&jobs.list().await?, format)?;
+                Ok(ExitCode::SUCCESS)
+            }
+            JobCommand::Cancel { id } => {
+                let job = jobs.cancel(&id).await?;
+                print_jobs(&[job], StatusFormat::Text)?;
+                Ok(ExitCode::SUCCESS)
+            }
+            JobCommand::Delete { id } => {
+                jobs.delete(&id).await?;
+                eprintln!("colball: job {id} deleted");
+                Ok(ExitCode::SUCCESS)
+            }
+            JobCommand::Results {
+                id,
+                wait,
+                from,
+                moves,
+                output,
+            } => results(&mut jobs, &id, wait, from, moves, output).await,
+        }
+    })
+}
+
+async fn submit(
+    jobs: &mut Jobs,
+    input: Option<PathBuf>,
+    priority: Option<PriorityArg>,
+    name: &str,
+) -> Result<ExitCode> {
+    let (bytes, shown) = read_input(input.as_ref())?;
+    let mut puzzles = Vec::new();
+    match Format::detect(&bytes) {
+        Format::Classic => match classic::parse(&bytes) {
+            Ok(cases) => {
+                for (i, case) in cases.into_iter().enumerate() {
+                    puzzles.push(((i + 1).to_string(), case.puzzle));
+                }
+            }
+            Err(e) => {
+                eprintln!("colball: {shown}:{}: {}", e.line, e.kind);
+                return Ok(ExitCode::FAILURE);
+            }
+        },
+        Format::Jsonl => {
+            let mut bad = false;
+            for case in jsonl::parse(&bytes) {
+                match case {
+                    Ok(case) => puzzles.push((case.id, case.puzzle)),
+                    Err(e) => {
+                        eprintln!("colball: {shown}:{}: {}", e.line, e.message);
+                        bad = true;
+                    }
+                }
+            }
+            if bad {
+                eprintln!("colball: {shown}: not submitted: fix the lines above");
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
+    if puzzles.is_empty() {
+        eprintln!("colball: {shown} holds no puzzle: nothing submitted");
+        return Ok(ExitCode::FAILURE);
+    }
+    let accepted = jobs
+        .submit(&puzzles, PriorityArg::wire(priority), name)
+        .await?;
+    eprintln!(
+        "colball: job {} stored: {} puzzles",
+        accepted.id, accepted.puzzles
+    );
+    println!("{}", accepted.id);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_jobs(list: &[v1::Job], format: StatusFormat) -> Result<()> {
+    let mut out = io::stdout().lock();
+    for job in list {
+        match format {
+            StatusFormat::Text => writeln!(out, "{}", jobs::job_line(job))?,
+            StatusFormat::Json => writeln!(out, "{}", jobs::job_json(job))?,
+        }
+    }
+    Ok(())
+}
+
+async fn results(
+    jobs: &mut Jobs,
+    id: &str,
+    wait: bool,
+    from: u64,
+    moves: bool,
+    output: OutputFormat,
+) -> Result<ExitCode> {
+    let mut stream = jobs.results(id, from, wait).await?;
+    let mut out = BufWriter::new(io::stdout().lock());
+    let mut errors = 0;
+    let mut next = from;
+    while let Some(r) = stream.next().await {
+        let r = r?;
+        anyhow::ensure!(
+            r.index == next,
+            "the cluster sent result {} when {next} was due",
+            r.index
+        );
+        next += 1;
+        match (&r.outcome, output) {
+            (Some(puzzle_result::Outcome::Solved(s)), OutputFormat::Classic) => {
+                if moves && !s.solution.is_empty() {
+                    writeln!(out, "{} {}", s.moves, s.solution)?;
+                } else {
+                    writeln!(out, "{}", s.moves)?;
+                }
+            }
+            (Some(puzzle_result::Outcome::Solved(s)), OutputFormat::Jsonl) => {
+                let record = jsonl::SolvedRecord {
+                    id: r.id.clone(),
+                    moves: s.moves,
+                    solution: s.solution.clone(),
+                    strategy: s.strategy.clone(),
+                    time_us: s.time_us,
+                };
+                writeln!(out, "{}", jsonl::to_line(&record))?;
+            }
+            (outcome, format) => {
+                errors += 1;
+                let message = match outcome {
+                    Some(puzzle_result::Outcome::Error(e)) => e.message.clone(),
+                    _ => "no outcome".to_string(),
+                };
+                eprintln!("colball: job {id}, result {}: {message}", r.index);
+                match format {
+                    OutputFormat::Classic => writeln!(out, "error")?,
+                    OutputFormat::Jsonl => {
+                        let record = jsonl::ErrorRecord {
+                            id: Some(r.id.clone()),
+                            line: r.index as usize + 1,
+                            error: message,
+                        };
+                        writeln!(out, "{}", jsonl::to_line(&record))?;
+                    }
+                }
+            }
+        }
+    }
+    out.flush()?;
+    Ok(if errors > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,514 @@
+//! Durable jobs (`colball.v1.Jobs`): submit a puzzle set, get an id, come
+//! back for the results. The puzzles and results live in the
+//! [`Store`](crate::store::Store); this module runs the jobs.
+//!
+//! A running job is fed to the scheduler a window at a time: up to
+//! [`WINDOW`] of its puzzles without a result are read from the store and
+//! admitted as one request of the job's owner and priority class, and the
+//! next window follows when those results are in. So a job of millions of
+//! puzzles costs the coordinator one window in memory, and it shares the
+//! workers with other clients like any request. Results go to the store
+//! through one writer task that groups them (one transaction per group);
+//! `Results` streams only what is stored. After a restart, unfinished jobs
+//! are taken up again and only puzzles without a stored result are solved.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use colball_proto::puzzle_from_wire;
+use colball_proto::v1::jobs_server::Jobs;
+use colball_proto::v1::{self, puzzle_result, submit_request};
+use tokio::sync::{mpsc, watch};
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::policy::Priority;
+use super::state::{NewTask, RequestSpec};
+use super::{Shared, client_of, events};
+use crate::store::{Entry, JobState, Store, StoreError, job_id, job_seq};
+
+/// Puzzles of one job admitted to the scheduler at a time.
+pub const WINDOW: usize = 8192;
+
+/// Results the writer puts in one transaction at most.
+const GROUP: usize = 4096;
+
+/// A job being run: how to stop it, and how many of its results are
+/// stored (for `Results` followers).
+#[derive(Debug)]
+pub struct Run {
+    cancel: CancellationToken,
+    stored: watch::Sender<u64>,
+}
+
+/// What the writer is sent: a job's result to store.
+pub type ToWrite = (i64, v1::PuzzleResult);
+
+impl From<StoreError> for Status {
+    fn from(e: StoreError) -> Status {
+        tracing::error!(error = %e, "job store");
+        Status::internal(e.to_string())
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
+        Err(StoreError::Open {
+            path: "(store task)".into(),
+            reason: e.to_string(),
+        })
+    })
+}
+
+/// Writes results in groups until every sender is gone.
+pub async fn writer(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<ToWrite>) {
+    let mut group = Vec::with_capacity(GROUP);
+    while rx.recv_many(&mut group, GROUP).await > 0 {
+        let batch = std::mem::take(&mut group);
+        let store = shared.store.clone();
+        let counts: Vec<i64> = batch.iter().map(|(job, _)| *job).collect();
+        match blocking(move || store.put_results(&batch)).await {
+            Ok(_) => {
+                for job in counts {
+                    if let Some(run) = shared.runs.get(&job) {
+                        run.stored.send_modify(|n| *n += 1);
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "results not stored; failing their jobs");
+                let mut jobs = counts;
+                jobs.dedup();
+                for job in jobs {
+                    fail(&shared, job, &format!("the job store failed: {e}")).await;
+                }
+            }
+        }
+    }
+}
+
+async fn fail(shared: &Arc<Shared>, job: i64, why: &str) {
+    if let Some((_, run)) = shared.runs.remove(&job) {
+        run.cancel.cancel();
+    }
+    let store = shared.store.clone();
+    let why = why.to_string();
+    let _ = blocking(move || store.set_state(job, JobState::Failed, &why, events::unix_ms())).await;
+}
+
+/// Takes up every unfinished job (at start, after a restart).
+pub async fn resume(shared: Arc<Shared>) {
+    let store = shared.store.clone();
+    match blocking(move || store.unfinished()).await {
+        Ok(rows) => {
+            if !rows.is_empty() {
+                tracing::info!(jobs = rows.len(), "taking up unfinished jobs");
+            }
+            for row in rows {
+                start(&shared, row.seq, row.solved + row.errors);
+            }
+        }
+        Err(e) => tracing::error!(error = %e, "cannot read unfinished jobs"),
+    }
+}
+
+/// Starts running job `seq`, of which `stored` results are stored.
+fn start(shared: &Arc<Shared>, seq: i64, stored: u64) {
+    let run = Run {
+        cancel: CancellationToken::new(),
+        stored: watch::channel(stored).0,
+    };
+    let cancel = run.cancel.clone();
+    shared.runs.insert(seq, run);
+    tokio::spawn(feed(shared.clone(), seq, cancel));
+}
+
+/// Feeds a job's puzzles to the scheduler a window at a time, until every
+/// puzzle has a stored result or the job is cancelled.
+async fn feed(shared: Arc<Shared>, seq: i64, cancel: CancellationToken) {
+    let store = shared.store.clone();
+    let Ok(Some(row)) = blocking({
+        let store = store.clone();
+        move || store.job(seq)
+    })
+    .await
+    else {
+        shared.runs.remove(&seq);
+        return;
+    };
+    let priority = Priority::from_wire(row.priority, Priority::Bulk).unwrap_or(Priority::Bulk);
+    {
+        let store = store.clone();
+        let _ = blocking(move || store.set_state(seq, JobState::Running, "", 0)).await;
+    }
+    let mut after: Option<u64> = None;
+    loop {
+        if cancel.is_cancelled() || shared.shutting_down() {
+            return;
+        }
+        let window = {
+            let store = store.clone();
+            blocking(move || store.pending(seq, after, WINDOW)).await
+        };
+        let window = match window {
+            Ok(w) => w,
+            Err(e) => return fail(&shared, seq, &e.to_string()).await,
+        };
+        let Some(last) = window.last().map(|w| w.0) else {
+            break;
+        };
+        let tasks: Vec<NewTask> = window
+            .into_iter()
+            .map(|(index, id, puzzle)| NewTask { index, id, puzzle })
+            .collect();
+        match run_window(&shared, seq, &row.owner, priority, tasks, &cancel).await {
+            Ok(()) => after = Some(last),
+            Err(()) => {
+                // No worker (or shutting down): wait for one and retry the
+                // window; a job is not given up for lack of workers.
+                let mut workers = shared.workers.subscribe();
+                tokio::select! {
+                    _ = workers.wait_for(|n| *n > 0) => {}
+                    () = cancel.cancelled() => return,
+                    () = shared.shutdown.cancelled() => return,
+                }
+            }
+        }
+    }
+    // Every puzzle was admitted and answered; wait until the last results
+    // are stored, then the job is done.
+    let Some(mut stored) = shared.runs.get(&seq).map(|r| r.stored.subscribe()) else {
+        return;
+    };
+    let total = row.puzzles;
+    tokio::select! {
+        _ = stored.wait_for(|n| *n >= total) => {}
+        () = cancel.cancelled() => return,
+    }
+    let _ = blocking(move || store.set_state(seq, JobState::Done, "", events::unix_ms())).await;
+    shared.runs.remove(&seq);
+    tracing::info!(job = %job_id(seq), puzzles = total, "job done");
+}
+
+/// Admits one window as a request and sends its results to the writer.
+/// `Err` when the request failed as a whole (no worker, shutdown).
+async fn run_window(
+    shared: &Arc<Shared>,
+    job: i64,
+    owner: &str,
+    priority: Priority,
+    tasks: Vec<NewTask>,
+    cancel: &CancellationToken,
+) -> Result<(), ()> {
+    let mut to_solve = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        match shared.cache.get(&t.puzzle) {
+            Some(a) => {
+                let _ = shared.writer.send((
+                    job,
+                    v1::PuzzleResult {
+                        id: t.id,
+                        index: t.index,
+                        outcome: Some(puzzle_result::Outcome::Solved(v1::Solved {
+                            moves: a.moves,
+                            solution: a.solution,
+                            strategy: a.strategy,
+                            worker: a.worker,
+                            time_us: 0,
+                            cached: true,
+                        })),
+                    },
+                ));
+            }
+            None => to_solve.push(t),
+        }
+    }
+    if to_solve.is_empty() {
+        return Ok(());
+    }
+    let n = to_solve.len();
+    let spec = RequestSpec {
+        client: owner.to_string(),
+        priority,
+        total: n,
+    };
+    let mut stream = shared
+        .admit_request(spec, to_solve)
+        .map_err(|e| tracing::warn!(error = %e, "job window not admitted"))?;
+    let mut got = 0;
+    while got < n {
+        let event = tokio::select! {
+            e = stream.next() => e,
+            () = cancel.cancelled() => return Ok(()),
+        };
+        match event {
+            Some(Ok(result)) => {
+                got += 1;
+                stream.sent(1);
+                let _ = shared.writer.send((job, result));
+            }
+            Some(Err(_)) | None => return Err(()),
+        }
+    }
+    Ok(())
+}
+
+/// The client-facing job service.
+#[derive(Debug)]
+pub struct JobsService {
+    pub shared: Arc<Shared>,
+}
+
+type ResultStream = Pin<Box<dyn Stream<Item = Result<v1::PuzzleResult, Status>> + Send>>;
+
+fn not_found(id: &str) -> Status {
+    Status::not_found(format!(
+        "no job {id:?}: it does not exist, was deleted, or belongs to another client"
+    ))
+}
+
+impl JobsService {
+    /// The job `id` if it belongs to the caller; NOT_FOUND otherwise
+    /// (whether it exists or not, so ids do not leak).
+    async fn owned(&self, id: &str, client: &str) -> Result<crate::store::JobRow, Status> {
+        let seq = job_seq(id).ok_or_else(|| not_found(id))?;
+        let store = self.shared.store.clone();
+        let row = blocking(move || store.job(seq)).await?;
+        match row {
+            Some(row) if row.owner == client && row.state != JobState::Receiving => Ok(row),
+            _ => Err(not_found(id)),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Jobs for JobsService {
+    async fn submit(
+        &self,
+        request: Request<Streaming<v1::SubmitRequest>>,
+    ) -> Result<Response<v1::JobAccepted>, Status> {
+        let shared = &self.shared;
+        let client = client_of(&request);
+        let mut inbound = request.into_inner();
+        let first = inbound.message().await?;
+        let Some(v1::SubmitRequest {
+            kind: Some(submit_request::Kind::Options(options)),
+        }) = first
+        else {
+            return Err(Status::invalid_argument(
+                "field options: the first message of Submit must carry the job's options",
+            ));
+        };
+        let priority = Priority::from_wire(options.priority, Priority::Bulk).ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "field priority: {} names no priority class",
+                options.priority
+            ))
+        })?;
+        if options.name.len() > 256 {
+            return Err(Status::invalid_argument("field name: at most 256 bytes"));
+        }
+        let wire_priority = match priority {
+            Priority::Interactive => v1::Priority::Interactive,
+            Priority::Normal => v1::Priority::Normal,
+            Priority::Bulk => v1::Priority::Bulk,
+        } as i32;
+        let store = shared.store.clone();
+        let (owner, name) = (client.clone(), options.name.clone());
+        let seq =
+            blocking(move || store.create(&owner, &name, wire_priority, events::unix_ms())).await?;
+        let limit = shared.config.max_job_puzzles;
+        let mut count: u64 = 0;
+        let outcome: Result<(), Status> = async {
+            while let Some(message) = inbound.message().await? {
+                let Some(submit_request::Kind::Puzzles(chunk)) = message.kind else {
+                    return Err(Status::invalid_argument(
+                        "field puzzles: only the first message of Submit carries options",
+                    ));
+                };
+                if count as usize + chunk.puzzles.len() > limit {
+                    return Err(Status::resource_exhausted(format!(
+                        "the job holds more than {limit} puzzles, the limit per job (--max-job-puzzles); split it"
+                    )));
+                }
+                let entries: Vec<Entry> = chunk
+                    .puzzles
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, wire)| match puzzle_from_wire(&wire) {
+                        Ok(puzzle) => Entry::Puzzle { id: wire.id, puzzle },
+                        Err(e) => Entry::Invalid(v1::PuzzleResult::invalid(count + i as u64, &e)),
+                    })
+                    .collect();
+                let n = entries.len() as u64;
+                let store = shared.store.clone();
+                let first = count;
+                blocking(move || store.add(seq, first, &entries)).await?;
+                count += n;
+            }
+            if count == 0 {
+                return Err(Status::invalid_argument("field puzzles: the job holds no puzzle"));
+            }
+            Ok(())
+        }
+        .await;
+        let store = shared.store.clone();
+        if let Err(status) = outcome {
+            let _ = blocking(move || store.delete(seq)).await;
+            return Err(status);
+        }
+        let row = blocking(move || store.seal(seq, events::unix_ms())).await?;
+        tracing::info!(job = %row.id(), puzzles = count, client = %client, %priority, "job accepted");
+        if row.state == JobState::Queued {
+            start(shared, seq, row.solved + row.errors);
+        }
+        Ok(Response::new(v1::JobAccepted {
+            id: row.id(),
+            puzzles: count,
+        }))
+    }
+
+    async fn get(&self, request: Request<v1::JobRef>) -> Result<Response<v1::Job>, Status> {
+        let client = client_of(&request);
+        let row = self.owned(&request.into_inner().id, &client).await?;
+        Ok(Response::new(row.to_wire()))
+    }
+
+    async fn list(
+        &self,
+        request: Request<v1::ListJobsRequest>,
+    ) -> Result<Response<v1::JobList>, Status> {
+        let client = client_of(&request);
+        let store = self.shared.store.clone();
+        let rows = blocking(move || store.list(&client)).await?;
+        Ok(Response::new(v1::JobList {
+            jobs: rows.iter().map(|r| r.to_wire()).collect(),
+        }))
+    }
+
+    async fn cancel(&self, request: Request<v1::JobRef>) -> Result<Response<v1::Job>, Status> {
+        let client = client_of(&request);
+        let row = self.owned(&request.into_inner().id, &client).await?;
+        if !row.state.finished() {
+            if let Some((_, run)) = self.shared.runs.remove(&row.seq) {
+                run.cancel.cancel();
+            }
+            let store = self.shared.store.clone();
+            let seq = row.seq;
+            blocking(move || store.set_state(seq, JobState::Cancelled, "", events::unix_ms()))
+                .await?;
+        }
+        let store = self.shared.store.clone();
+        let seq = row.seq;
+        let row = blocking(move || store.job(seq)).await?.unwrap_or(row);
+        Ok(Response::new(row.to_wire()))
+    }
+
+    async fn delete(
+        &self,
+        request: Request<v1::JobRef>,
+    ) -> Result<Response<v1::DeleteJobResponse>, Status> {
+        let client = client_of(&request);
+        let row = self.owned(&request.into_inner().id, &client).await?;
+        if let Some((_, run)) = self.shared.runs.remove(&row.seq) {
+            run.cancel.cancel();
+        }
+        let store = self.shared.store.clone();
+        let seq = row.seq;
+        blocking(move || store.delete(seq)).await?;
+        Ok(Response::new(v1::DeleteJobResponse {}))
+    }
+
+    type ResultsStream = ResultStream;
+
+    async fn results(
+        &self,
+        request: Request<v1::ResultsRequest>,
+    ) -> Result<Response<ResultStream>, Status> {
+        let client = client_of(&request);
+        let request = request.into_inner();
+        let row = self.owned(&request.id, &client).await?;
+        let (tx, rx) = mpsc::channel(256);
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            let seq = row.seq;
+            let mut next = request.from_index;
+            loop {
+                let store = shared.store.clone();
+                let from = next;
+                let batch = match blocking(move || store.results(seq, from, 1024)).await {
+                    Ok(b) => b,
+                    Err(e) => {
+                        let _ = tx.send(Err(Status::from(e))).await;
+                        return;
+                    }
+                };
+                let got = batch.len();
+                for r in batch {
+                    if tx.send(Ok(r)).await.is_err() {
+                        return;
+                    }
+                }
+                next += got as u64;
+                if got > 0 {
+                    continue;
+                }
+                if !request.follow || next >= row.puzzles {
+                    return;
+                }
+                // Wait for more to be stored (or the job to end).
+                let stored = shared.runs.get(&seq).map(|r| r.stored.subscribe());
+                let Some(mut stored) = stored else {
+                    // Not running: finished, cancelled or failed. Anything
+                    // stored is read above; a last look, then the end.
+                    let store = shared.store.clone();
+                    let state = blocking(move || store.job(seq))
+                        .await
+                        .ok()
+                        .flatten()
+                        .map(|r| r.state);
+                    match state {
+                        Some(s) if !s.finished() => {
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                        _ => {
+                            let store = shared.store.clone();
+                            if let Ok(rest) =
+                                blocking(move || store.results(seq, next, usize::MAX >> 1)).await
+                            {
+                                for r in rest {
+                                    if tx.send(Ok(r)).await.is_err() {
+                                        return;
+                                    }
+                                }
+                            }
+                            return;
+                        }
+                    }
+                };
+                stored.borrow_and_update();
+                tokio::select! {
+                    _ = stored.changed() => {}
+                    () = tokio::time::sleep(Duration::from_millis(500)) => {}
+                    () = tx.closed() => return,
+                    () = shared.shutdown.cancelled() => {
+                        let _ = tx.send(Err(Status::unavailable("the coordinator is shutting down; ask again from the last index read"))).await;
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// The store for a coordinator's config.
+pub fn open_store(dir: Option<&std::path::Path>) -> Result<Arc<Store>, StoreError> {
+    Store::open(dir).map(Arc::new)
+}

@@ -1,0 +1,200 @@
+//! Durable jobs: submit, read results in order (resuming from any index),
+//! ownership, cancel, and a coordinator killed and restarted on its data
+//! dir mid-job.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use crate::common::procs::{self, Stderr, wait_metric};
+use crate::common::{FakeWorker, four_by_four, mixed, quick};
+use colball_client::jobs::Jobs;
+use colball_client::remote::{ClientError, Security};
+use colball_proto::Secret;
+use colball_proto::v1::{self, puzzle_result};
+use colball_server::coordinator::Config;
+use colball_server::testing::LocalCluster;
+use tokio_stream::StreamExt;
+use tonic::Code;
+
+const BIN: &str = env!("CARGO_BIN_EXE_colball-server");
+
+fn moves(r: &v1::PuzzleResult) -> i64 {
+    match &r.outcome {
+        Some(puzzle_result::Outcome::Solved(s)) => s.moves,
+        other => panic!("result {}: {other:?}", r.index),
+    }
+}
+
+/// Reads results from `from` (following to the end with `follow`), at most
+/// `limit`; checks they come in order.
+async fn read(
+    jobs: &mut Jobs,
+    id: &str,
+    from: u64,
+    follow: bool,
+    limit: usize,
+) -> Vec<v1::PuzzleResult> {
+    let mut stream = jobs.results(id, from, follow).await.unwrap();
+    let mut out = Vec::new();
+    while out.len() < limit {
+        let Some(r) = stream.next().await else { break };
+        let r = r.unwrap();
+        assert_eq!(r.index, from + out.len() as u64, "in input order");
+        out.push(r);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_is_solved_and_read_in_order_from_anywhere() {
+    let cluster = LocalCluster::start(quick(), 2, 1).await.unwrap();
+    let (puzzles, answers) = mixed(41, 3000, 50);
+    let mut jobs = Jobs::connect(&cluster.url(), &Security::default())
+        .await
+        .unwrap();
+    let accepted = jobs.submit(&puzzles, None, "mixed").await.unwrap();
+    assert_eq!(accepted.puzzles, 3000);
+    // Read the first 1,000, go away, come back for the rest.
+    let first = read(&mut jobs, &accepted.id, 0, true, 1000).await;
+    let rest = read(&mut jobs, &accepted.id, 1000, true, usize::MAX).await;
+    let all: Vec<_> = first.into_iter().chain(rest).collect();
+    assert_eq!(all.len(), 3000);
+    for (r, answer) in all.iter().zip(&answers) {
+        assert_eq!(moves(r), *answer, "{}", r.id);
+        assert_eq!(r.id, puzzles[r.index as usize].0);
+    }
+    let job = jobs.get(&accepted.id).await.unwrap();
+    assert_eq!(job.state, v1::JobState::Done as i32);
+    assert_eq!((job.solved, job.errors, job.remaining), (3000, 0, 0));
+    assert_eq!(jobs.list().await.unwrap()[0].id, accepted.id);
+    // Done: read again from the middle, without following.
+    assert_eq!(
+        read(&mut jobs, &accepted.id, 2990, false, usize::MAX)
+            .await
+            .len(),
+        10
+    );
+    jobs.delete(&accepted.id).await.unwrap();
+    let Err(ClientError::Status(s)) = jobs.get(&accepted.id).await else {
+        panic!("a deleted job is still there")
+    };
+    assert_eq!(s.code(), Code::NotFound);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_belong_to_their_client_and_can_be_cancelled() {
+    let dir = std::env::temp_dir().join(format!("colball-jobs-own-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, "alice a-token\nbob b-token\n").unwrap();
+    let config = Config {
+        client_tokens_file: Some(tokens),
+        ..quick()
+    };
+    let cluster = LocalCluster::start(config, 0, 1).await.unwrap();
+    let url = cluster.url();
+    // A worker that holds what it is given: the job stays running.
+    let mut fake = FakeWorker::join(&url, 2).await.unwrap();
+    let security = |t: &str| Security {
+        token: Some(Secret::new(t, "test").unwrap()),
+        ..Security::default()
+    };
+    let mut alice = Jobs::connect(&url, &security("a-token")).await.unwrap();
+    let mut bob = Jobs::connect(&url, &security("b-token")).await.unwrap();
+    let id = alice
+        .submit(&four_by_four(9, 50), None, "")
+        .await
+        .unwrap()
+        .id;
+    let held = fake.take(4).await;
+    assert_eq!(held.len(), 4);
+    // Bob cannot see, read, cancel or delete it: NOT_FOUND, like a job
+    // that does not exist.
+    for e in [
+        bob.get(&id).await.err(),
+        bob.cancel(&id).await.err(),
+        bob.delete(&id).await.err(),
+        bob.results(&id, 0, false).await.err(),
+        bob.get("j999").await.err(),
+    ] {
+        let Some(ClientError::Status(s)) = e else {
+            panic!("bob reached alice's job")
+        };
+        assert_eq!(s.code(), Code::NotFound);
+    }
+    assert!(bob.list().await.unwrap().is_empty());
+    // Alice cancels it: its work on the worker is cancelled too.
+    let job = alice.cancel(&id).await.unwrap();
+    assert_eq!(job.state, v1::JobState::Cancelled as i32);
+    let cancelled = fake.cancelled().await;
+    assert!(!cancelled.is_empty());
+    assert!(held.iter().any(|t| cancelled.contains(t)));
+    drop(fake);
+    cluster.shutdown().await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_survives_coordinator_kills_and_resumes_where_it_stopped() {
+    let dir = std::env::temp_dir().join(format!("colball-jobs-kill-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let data = dir.to_str().unwrap().to_string();
+    let bin = Path::new(BIN);
+    let c = procs::coordinator(bin, "127.0.0.1:0", &["--data-dir", &data]);
+    let listen = c.addr.to_string();
+    let _w = procs::worker(bin, &c.url, "w", Stderr::Warn, &[]);
+    wait_metric(&c.http, "workers", |n| n == 1).await;
+    let (puzzles, answers) = mixed(42, 6000, 8);
+    let mut jobs = Jobs::connect(&c.url, &Security::default()).await.unwrap();
+    let id = jobs.submit(&puzzles, None, "").await.unwrap().id;
+    let mut seen = read(&mut jobs, &id, 0, true, 500).await;
+    // Killed mid-job, twice, each time restarted on the same data dir and
+    // port; the client comes back for the results from where it stopped.
+    let mut c = c;
+    for round in 0..2 {
+        c.proc.kill();
+        c = procs::coordinator(bin, &listen, &["--data-dir", &data]);
+        wait_metric(&c.http, "workers", |n| n == 1).await;
+        let mut jobs = Jobs::connect(&c.url, &Security::default()).await.unwrap();
+        let limit = if round == 0 { 1500 } else { usize::MAX };
+        let more = read(&mut jobs, &id, seen.len() as u64, true, limit).await;
+        seen.extend(more);
+    }
+    assert_eq!(seen.len(), puzzles.len());
+    let mut indexes = HashSet::new();
+    for (r, answer) in seen.iter().zip(&answers) {
+        assert!(indexes.insert(r.index));
+        assert_eq!(moves(r), *answer, "{}", r.id);
+    }
+    let mut jobs = Jobs::connect(&c.url, &Security::default()).await.unwrap();
+    let job = jobs.get(&id).await.unwrap();
+    assert_eq!(job.state, v1::JobState::Done as i32);
+    drop(c);
+    // A file that is not a database: a clear error at start, exit 1.
+    for side in ["colball.sqlite3-wal", "colball.sqlite3-shm"] {
+        let _ = std::fs::remove_file(dir.join(side));
+    }
+    std::fs::write(
+        dir.join("colball.sqlite3"),
+        b"not a database at all".repeat(100),
+    )
+    .unwrap();
+    let out = std::process::Command::new(bin)
+        .args([
+            "coordinator",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            &data,
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("colball.sqlite3") && stderr.contains("not a database"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
