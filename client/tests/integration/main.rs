@@ -16,6 +16,7 @@ mod proxy;
 mod cli;
 mod connect;
 mod grade;
+mod jobs;
 mod lost;
 mod secure_connect;
 mod untrusted;
