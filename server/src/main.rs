@@ -108,6 +108,14 @@ struct CoordinatorArgs {
     /// Most puzzles in one job.
     #[arg(long, default_value_t = 10_000_000)]
     max_job_puzzles: usize,
+    /// Finished jobs (done, cancelled, failed) are deleted this long after
+    /// they finished.
+    #[arg(long, default_value_t = 168.0)]
+    job_retention_hours: f64,
+    /// Refuse new jobs (RESOURCE_EXHAUSTED) once the job store takes this
+    /// many MiB (default: no limit).
+    #[arg(long, value_name = "MIB")]
+    max_store_mib: Option<u64>,
     /// Named client tokens: a file of `NAME TOKEN` lines (blank lines and
     /// `#` comments skipped). Each name is a client for fair sharing and
     /// per-client limits. Read again on SIGHUP; may be combined with
@@ -278,6 +286,8 @@ async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
         client_tokens_file: args.client_tokens_file.clone(),
         data_dir: args.data_dir.clone(),
         max_job_puzzles: args.max_job_puzzles,
+        job_retention: secs(args.job_retention_hours * 3600.0)?,
+        max_store_bytes: args.max_store_mib.map(|m| m.saturating_mul(1 << 20)),
         client_token: Secret::from_sources(
             args.client_token.as_deref(),
             args.client_token_file.as_deref(),

@@ -311,6 +311,30 @@ impl Store {
             .ok_or(StoreError::Sql(rusqlite::Error::QueryReturnedNoRows))
     }
 
+    /// Bytes the database takes (its pages; the WAL aside).
+    pub fn size_bytes(&self) -> Result<u64, StoreError> {
+        let conn = self.conn();
+        let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+        let size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+        Ok((pages * size) as u64)
+    }
+
+    /// Deletes the jobs that finished before `before_ms`; returns how many.
+    pub fn expire(&self, before_ms: i64) -> Result<usize, StoreError> {
+        let old: Vec<i64> = {
+            let conn = self.conn();
+            let mut q = conn.prepare_cached(
+                "SELECT seq FROM jobs WHERE state IN (3, 4, 5) AND finished_ms > 0 AND finished_ms < ?1",
+            )?;
+            q.query_map([before_ms], |r| r.get(0))?
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        for seq in &old {
+            self.delete(*seq)?;
+        }
+        Ok(old.len())
+    }
+
     /// Forgets a job and everything of it.
     pub fn delete(&self, job: i64) -> Result<(), StoreError> {
         let mut conn = self.conn();
@@ -551,7 +575,12 @@ mod tests {
         drop(s);
         let s = Store::open(Some(&dir)).unwrap();
         assert!(s.job(half).unwrap().is_none());
-        s.delete(job).unwrap();
+        assert!(s.size_bytes().unwrap() > 0);
+        // Retention: only finished jobs, finished before the cut, go.
+        assert_eq!(s.expire(i64::MAX).unwrap(), 0, "the job is not finished");
+        s.set_state(job, JobState::Done, "", 100).unwrap();
+        assert_eq!(s.expire(100).unwrap(), 0, "finished at the cut, not before");
+        assert_eq!(s.expire(101).unwrap(), 1);
         assert!(s.job(job).unwrap().is_none());
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -101,6 +101,43 @@ async fn fail(shared: &Arc<Shared>, job: i64, why: &str) {
     let _ = blocking(move || store.set_state(job, JobState::Failed, &why, events::unix_ms())).await;
 }
 
+/// Deletes finished jobs older than the retention, at start and then
+/// every minute.
+pub async fn retention(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(60));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = shared.shutdown.cancelled() => return,
+        }
+        let keep = shared.config.job_retention.as_millis() as i64;
+        let before = events::unix_ms().saturating_sub(keep);
+        let store = shared.store.clone();
+        match blocking(move || store.expire(before)).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(jobs = n, "finished jobs past --job-retention-hours deleted"),
+            Err(e) => tracing::warn!(error = %e, "cannot delete old jobs"),
+        }
+    }
+}
+
+/// Refuses more puzzles when the store has reached `--max-store-mib`.
+async fn check_room(shared: &Arc<Shared>) -> Result<(), Status> {
+    let Some(limit) = shared.config.max_store_bytes else {
+        return Ok(());
+    };
+    let store = shared.store.clone();
+    let size = blocking(move || store.size_bytes()).await?;
+    if size >= limit {
+        return Err(Status::resource_exhausted(format!(
+            "the job store holds {} MiB, its limit (--max-store-mib) is {} MiB: delete finished jobs, or wait for their retention to pass",
+            size >> 20,
+            limit >> 20
+        )));
+    }
+    Ok(())
+}
+
 /// Takes up every unfinished job (at start, after a restart).
 pub async fn resume(shared: Arc<Shared>) {
     let store = shared.store.clone();
@@ -318,6 +355,7 @@ impl Jobs for JobsService {
             Priority::Normal => v1::Priority::Normal,
             Priority::Bulk => v1::Priority::Bulk,
         } as i32;
+        check_room(shared).await?;
         let store = shared.store.clone();
         let (owner, name) = (client.clone(), options.name.clone());
         let seq =
@@ -346,6 +384,7 @@ impl Jobs for JobsService {
                     })
                     .collect();
                 let n = entries.len() as u64;
+                check_room(shared).await?;
                 let store = shared.store.clone();
                 let first = count;
                 blocking(move || store.add(seq, first, &entries)).await?;

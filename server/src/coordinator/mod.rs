@@ -122,6 +122,11 @@ pub struct Config {
     pub data_dir: Option<std::path::PathBuf>,
     /// Most puzzles in one job.
     pub max_job_puzzles: usize,
+    /// Finished jobs are deleted this long after they finished.
+    pub job_retention: Duration,
+    /// Most bytes the job store may take before `Submit` is refused
+    /// (`None`: no limit).
+    pub max_store_bytes: Option<u64>,
 }
 
 impl Default for Config {
@@ -150,6 +155,8 @@ impl Default for Config {
             tls: None,
             data_dir: None,
             max_job_puzzles: 10_000_000,
+            job_retention: Duration::from_secs(168 * 3600),
+            max_store_bytes: None,
         }
     }
 }
@@ -423,6 +430,7 @@ pub async fn serve(
     if let Some(rx) = writer_rx {
         tokio::spawn(jobs::writer(shared.clone(), rx));
         tokio::spawn(jobs::resume(shared.clone()));
+        tokio::spawn(jobs::retention(shared.clone()));
     }
     let drain_timeout = shared.config.drain_timeout;
     let closer = {

@@ -198,3 +198,23 @@ async fn a_job_survives_coordinator_kills_and_resumes_where_it_stopped() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_store_refuses_new_jobs_naming_the_flag() {
+    let config = Config {
+        // Smaller than an empty database: every submission is refused.
+        max_store_bytes: Some(1),
+        ..quick()
+    };
+    let cluster = LocalCluster::start(config, 1, 1).await.unwrap();
+    let mut jobs = Jobs::connect(&cluster.url(), &Security::default())
+        .await
+        .unwrap();
+    let Err(ClientError::Status(s)) = jobs.submit(&four_by_four(1, 3), None, "").await else {
+        panic!("a job was stored past the limit")
+    };
+    assert_eq!(s.code(), Code::ResourceExhausted);
+    assert!(s.message().contains("--max-store-mib"), "{s:?}");
+    assert!(jobs.list().await.unwrap().is_empty());
+    cluster.shutdown().await;
+}
