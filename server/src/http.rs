@@ -53,9 +53,12 @@ const DASHBOARD: &str = include_str!("dashboard.html");
 pub async fn run(listener: TcpListener, shared: Arc<Shared>, shutdown: CancellationToken) {
     tracing::info!(addr = ?listener.local_addr().ok(), "http endpoint listening");
     let app = router(shared, shutdown.clone());
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await;
+    let served = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move { shutdown.cancelled().await })
+    .await;
     if let Err(e) = served {
         tracing::warn!(error = %e, "http endpoint failed");
     }
@@ -68,6 +71,7 @@ struct App {
 }
 
 fn router(shared: Arc<Shared>, shutdown: CancellationToken) -> Router {
+    let jobs = crate::http_jobs::router(shared.clone());
     let app = App { shared, shutdown };
     let api = Router::new()
         .route("/api/status", get(status))
@@ -80,6 +84,7 @@ fn router(shared: Arc<Shared>, shutdown: CancellationToken) -> Router {
         .route("/readyz", get(readyz))
         .merge(api)
         .with_state(app)
+        .merge(jobs)
 }
 
 /// Refuses an `/api` call without a valid client token (when tokens are

@@ -9,6 +9,7 @@
 //! - [`cache`]: the bounded result cache both use;
 //! - [`http`]: the coordinator's plain-HTTP health and metrics endpoint;
 //! - [`store`]: durable jobs, their puzzles and results, in SQLite;
+//!   [`http_jobs`]: the job API over plain HTTP;
 //! - [`shutdown`], [`telemetry`]: one shutdown path (Ctrl-C and SIGTERM) and
 //!   tracing setup for the binary;
 //! - [`testing`]: an in-process cluster on loopback for tests and benchmarks.
@@ -24,6 +25,7 @@ pub mod cache;
 pub mod coordinator;
 pub mod error;
 pub mod http;
+pub mod http_jobs;
 pub mod shutdown;
 pub mod store;
 pub mod telemetry;

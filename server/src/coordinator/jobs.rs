@@ -20,15 +20,15 @@ use colball_proto::puzzle_from_wire;
 use colball_proto::v1::jobs_server::Jobs;
 use colball_proto::v1::{self, puzzle_result, submit_request};
 use tokio::sync::{mpsc, watch};
-use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::policy::Priority;
 use super::state::{NewTask, RequestSpec};
 use super::{Shared, client_of, events};
-use crate::store::{Entry, JobState, Store, StoreError, job_id, job_seq};
+use crate::store::{Entry, JobRow, JobState, Store, StoreError, job_id, job_seq};
 
 /// Puzzles of one job admitted to the scheduler at a time.
 pub const WINDOW: usize = 8192;
@@ -295,6 +295,160 @@ async fn run_window(
     Ok(())
 }
 
+/// Stores a job of `client` from chunks of puzzles and starts it; the
+/// job's row once every puzzle is stored. On any failure nothing of it is
+/// kept. Shared by the gRPC and HTTP APIs.
+pub async fn submit_job(
+    shared: &Arc<Shared>,
+    client: &str,
+    options: v1::JobOptions,
+    mut chunks: impl Stream<Item = Result<Vec<v1::Puzzle>, Status>> + Unpin,
+) -> Result<JobRow, Status> {
+    let priority = Priority::from_wire(options.priority, Priority::Bulk).ok_or_else(|| {
+        Status::invalid_argument(format!(
+            "field priority: {} names no priority class",
+            options.priority
+        ))
+    })?;
+    if options.name.len() > 256 {
+        return Err(Status::invalid_argument("field name: at most 256 bytes"));
+    }
+    let wire_priority = match priority {
+        Priority::Interactive => v1::Priority::Interactive,
+        Priority::Normal => v1::Priority::Normal,
+        Priority::Bulk => v1::Priority::Bulk,
+    } as i32;
+    check_room(shared).await?;
+    let store = shared.store.clone();
+    let (owner, name) = (client.to_string(), options.name.clone());
+    let seq =
+        blocking(move || store.create(&owner, &name, wire_priority, events::unix_ms())).await?;
+    let limit = shared.config.max_job_puzzles;
+    let mut count: u64 = 0;
+    let outcome: Result<(), Status> = async {
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk?;
+            if count as usize + chunk.len() > limit {
+                return Err(Status::resource_exhausted(format!(
+                    "the job holds more than {limit} puzzles, the limit per job (--max-job-puzzles); split it"
+                )));
+            }
+            let entries: Vec<Entry> = chunk
+                .into_iter()
+                .enumerate()
+                .map(|(i, wire)| match puzzle_from_wire(&wire) {
+                    Ok(puzzle) => Entry::Puzzle { id: wire.id, puzzle },
+                    Err(e) => Entry::Invalid(v1::PuzzleResult::invalid(count + i as u64, &e)),
+                })
+                .collect();
+            let n = entries.len() as u64;
+            check_room(shared).await?;
+            let store = shared.store.clone();
+            let first = count;
+            blocking(move || store.add(seq, first, &entries)).await?;
+            count += n;
+        }
+        if count == 0 {
+            return Err(Status::invalid_argument("field puzzles: the job holds no puzzle"));
+        }
+        Ok(())
+    }
+    .await;
+    let store = shared.store.clone();
+    if let Err(status) = outcome {
+        let _ = blocking(move || store.delete(seq)).await;
+        return Err(status);
+    }
+    let row = blocking(move || store.seal(seq, events::unix_ms())).await?;
+    tracing::info!(job = %row.id(), puzzles = count, client, %priority, "job accepted");
+    if row.state == JobState::Queued {
+        start(shared, seq, row.solved + row.errors);
+    }
+    Ok(row)
+}
+
+/// Streams a job's stored results in order from `from`; with `follow`,
+/// waits for each until the last (see `Results`).
+pub fn results_of(
+    shared: &Arc<Shared>,
+    row: JobRow,
+    from: u64,
+    follow: bool,
+) -> mpsc::Receiver<Result<v1::PuzzleResult, Status>> {
+    let (tx, rx) = mpsc::channel(256);
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        let seq = row.seq;
+        let mut next = from;
+        loop {
+            let store = shared.store.clone();
+            let from = next;
+            let batch = match blocking(move || store.results(seq, from, 1024)).await {
+                Ok(b) => b,
+                Err(e) => {
+                    let _ = tx.send(Err(Status::from(e))).await;
+                    return;
+                }
+            };
+            let got = batch.len();
+            for r in batch {
+                if tx.send(Ok(r)).await.is_err() {
+                    return;
+                }
+            }
+            next += got as u64;
+            if got > 0 {
+                continue;
+            }
+            if !follow || next >= row.puzzles {
+                return;
+            }
+            // Wait for more to be stored (or the job to end).
+            let stored = shared.runs.get(&seq).map(|r| r.stored.subscribe());
+            let Some(mut stored) = stored else {
+                // Not running: finished, cancelled or failed. Anything
+                // stored is read above; a last look, then the end.
+                let store = shared.store.clone();
+                let state = blocking(move || store.job(seq))
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|r| r.state);
+                match state {
+                    Some(s) if !s.finished() => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                    _ => {
+                        let store = shared.store.clone();
+                        if let Ok(rest) =
+                            blocking(move || store.results(seq, next, usize::MAX >> 1)).await
+                        {
+                            for r in rest {
+                                if tx.send(Ok(r)).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                        return;
+                    }
+                }
+            };
+            stored.borrow_and_update();
+            tokio::select! {
+                _ = stored.changed() => {}
+                () = tokio::time::sleep(Duration::from_millis(500)) => {}
+                () = tx.closed() => return,
+                () = shared.shutdown.cancelled() => {
+                    let _ = tx.send(Err(Status::unavailable("the coordinator is shutting down; ask again from the last index read"))).await;
+                    return;
+                }
+            }
+        }
+    });
+    rx
+}
+
 /// The client-facing job service.
 #[derive(Debug)]
 pub struct JobsService {
@@ -310,16 +464,32 @@ fn not_found(id: &str) -> Status {
 }
 
 impl JobsService {
-    /// The job `id` if it belongs to the caller; NOT_FOUND otherwise
-    /// (whether it exists or not, so ids do not leak).
-    async fn owned(&self, id: &str, client: &str) -> Result<crate::store::JobRow, Status> {
-        let seq = job_seq(id).ok_or_else(|| not_found(id))?;
-        let store = self.shared.store.clone();
-        let row = blocking(move || store.job(seq)).await?;
-        match row {
-            Some(row) if row.owner == client && row.state != JobState::Receiving => Ok(row),
-            _ => Err(not_found(id)),
-        }
+    async fn owned(&self, id: &str, client: &str) -> Result<JobRow, Status> {
+        owned(&self.shared, id, client).await
+    }
+}
+
+/// Cancels a job of `client` if needed and deletes it.
+pub async fn delete_job(shared: &Arc<Shared>, id: &str, client: &str) -> Result<(), Status> {
+    let row = owned(shared, id, client).await?;
+    if let Some((_, run)) = shared.runs.remove(&row.seq) {
+        run.cancel.cancel();
+    }
+    let store = shared.store.clone();
+    let seq = row.seq;
+    blocking(move || store.delete(seq)).await?;
+    Ok(())
+}
+
+/// The job `id` if it belongs to `client`; NOT_FOUND otherwise (whether it
+/// exists or not, so ids do not leak).
+pub async fn owned(shared: &Arc<Shared>, id: &str, client: &str) -> Result<JobRow, Status> {
+    let seq = job_seq(id).ok_or_else(|| not_found(id))?;
+    let store = shared.store.clone();
+    let row = blocking(move || store.job(seq)).await?;
+    match row {
+        Some(row) if row.owner == client && row.state != JobState::Receiving => Ok(row),
+        _ => Err(not_found(id)),
     }
 }
 
@@ -329,7 +499,6 @@ impl Jobs for JobsService {
         &self,
         request: Request<Streaming<v1::SubmitRequest>>,
     ) -> Result<Response<v1::JobAccepted>, Status> {
-        let shared = &self.shared;
         let client = client_of(&request);
         let mut inbound = request.into_inner();
         let first = inbound.message().await?;
@@ -341,74 +510,16 @@ impl Jobs for JobsService {
                 "field options: the first message of Submit must carry the job's options",
             ));
         };
-        let priority = Priority::from_wire(options.priority, Priority::Bulk).ok_or_else(|| {
-            Status::invalid_argument(format!(
-                "field priority: {} names no priority class",
-                options.priority
-            ))
-        })?;
-        if options.name.len() > 256 {
-            return Err(Status::invalid_argument("field name: at most 256 bytes"));
-        }
-        let wire_priority = match priority {
-            Priority::Interactive => v1::Priority::Interactive,
-            Priority::Normal => v1::Priority::Normal,
-            Priority::Bulk => v1::Priority::Bulk,
-        } as i32;
-        check_room(shared).await?;
-        let store = shared.store.clone();
-        let (owner, name) = (client.clone(), options.name.clone());
-        let seq =
-            blocking(move || store.create(&owner, &name, wire_priority, events::unix_ms())).await?;
-        let limit = shared.config.max_job_puzzles;
-        let mut count: u64 = 0;
-        let outcome: Result<(), Status> = async {
-            while let Some(message) = inbound.message().await? {
-                let Some(submit_request::Kind::Puzzles(chunk)) = message.kind else {
-                    return Err(Status::invalid_argument(
-                        "field puzzles: only the first message of Submit carries options",
-                    ));
-                };
-                if count as usize + chunk.puzzles.len() > limit {
-                    return Err(Status::resource_exhausted(format!(
-                        "the job holds more than {limit} puzzles, the limit per job (--max-job-puzzles); split it"
-                    )));
-                }
-                let entries: Vec<Entry> = chunk
-                    .puzzles
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, wire)| match puzzle_from_wire(&wire) {
-                        Ok(puzzle) => Entry::Puzzle { id: wire.id, puzzle },
-                        Err(e) => Entry::Invalid(v1::PuzzleResult::invalid(count + i as u64, &e)),
-                    })
-                    .collect();
-                let n = entries.len() as u64;
-                check_room(shared).await?;
-                let store = shared.store.clone();
-                let first = count;
-                blocking(move || store.add(seq, first, &entries)).await?;
-                count += n;
-            }
-            if count == 0 {
-                return Err(Status::invalid_argument("field puzzles: the job holds no puzzle"));
-            }
-            Ok(())
-        }
-        .await;
-        let store = shared.store.clone();
-        if let Err(status) = outcome {
-            let _ = blocking(move || store.delete(seq)).await;
-            return Err(status);
-        }
-        let row = blocking(move || store.seal(seq, events::unix_ms())).await?;
-        tracing::info!(job = %row.id(), puzzles = count, client = %client, %priority, "job accepted");
-        if row.state == JobState::Queued {
-            start(shared, seq, row.solved + row.errors);
-        }
+        let chunks = inbound.map(|m| match m?.kind {
+            Some(submit_request::Kind::Puzzles(chunk)) => Ok(chunk.puzzles),
+            _ => Err(Status::invalid_argument(
+                "field puzzles: only the first message of Submit carries options",
+            )),
+        });
+        let row = submit_job(&self.shared, &client, options, chunks).await?;
         Ok(Response::new(v1::JobAccepted {
             id: row.id(),
-            puzzles: count,
+            puzzles: row.puzzles,
         }))
     }
 
@@ -472,77 +583,7 @@ impl Jobs for JobsService {
         let client = client_of(&request);
         let request = request.into_inner();
         let row = self.owned(&request.id, &client).await?;
-        let (tx, rx) = mpsc::channel(256);
-        let shared = self.shared.clone();
-        tokio::spawn(async move {
-            let seq = row.seq;
-            let mut next = request.from_index;
-            loop {
-                let store = shared.store.clone();
-                let from = next;
-                let batch = match blocking(move || store.results(seq, from, 1024)).await {
-                    Ok(b) => b,
-                    Err(e) => {
-                        let _ = tx.send(Err(Status::from(e))).await;
-                        return;
-                    }
-                };
-                let got = batch.len();
-                for r in batch {
-                    if tx.send(Ok(r)).await.is_err() {
-                        return;
-                    }
-                }
-                next += got as u64;
-                if got > 0 {
-                    continue;
-                }
-                if !request.follow || next >= row.puzzles {
-                    return;
-                }
-                // Wait for more to be stored (or the job to end).
-                let stored = shared.runs.get(&seq).map(|r| r.stored.subscribe());
-                let Some(mut stored) = stored else {
-                    // Not running: finished, cancelled or failed. Anything
-                    // stored is read above; a last look, then the end.
-                    let store = shared.store.clone();
-                    let state = blocking(move || store.job(seq))
-                        .await
-                        .ok()
-                        .flatten()
-                        .map(|r| r.state);
-                    match state {
-                        Some(s) if !s.finished() => {
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                            continue;
-                        }
-                        _ => {
-                            let store = shared.store.clone();
-                            if let Ok(rest) =
-                                blocking(move || store.results(seq, next, usize::MAX >> 1)).await
-                            {
-                                for r in rest {
-                                    if tx.send(Ok(r)).await.is_err() {
-                                        return;
-                                    }
-                                }
-                            }
-                            return;
-                        }
-                    }
-                };
-                stored.borrow_and_update();
-                tokio::select! {
-                    _ = stored.changed() => {}
-                    () = tokio::time::sleep(Duration::from_millis(500)) => {}
-                    () = tx.closed() => return,
-                    () = shared.shutdown.cancelled() => {
-                        let _ = tx.send(Err(Status::unavailable("the coordinator is shutting down; ask again from the last index read"))).await;
-                        return;
-                    }
-                }
-            }
-        });
+        let rx = results_of(&self.shared, row, request.from_index, request.follow);
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }

@@ -353,6 +353,11 @@ impl Shared {
         &self.cache
     }
 
+    /// The job store.
+    pub fn store(&self) -> &Arc<crate::store::Store> {
+        &self.store
+    }
+
     /// The client tokens (the HTTP endpoint's `/api` checks them too).
     pub fn tokens(&self) -> &Arc<TokenSet> {
         &self.tokens

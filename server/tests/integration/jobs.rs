@@ -218,3 +218,167 @@ async fn a_full_store_refuses_new_jobs_naming_the_flag() {
     assert!(jobs.list().await.unwrap().is_empty());
     cluster.shutdown().await;
 }
+
+/// One HTTP/1.0 request: the status code and the body.
+async fn http(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &[u8],
+) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let auth = token.map_or_else(String::new, |t| format!("authorization: Bearer {t}\r\n"));
+    let head = format!(
+        "{method} {path} HTTP/1.0\r\nhost: test\r\n{auth}content-length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(body).await.unwrap();
+    let mut text = String::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        s.read_to_string(&mut text),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let code = text.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (code, text.split_once("\r\n\r\n").unwrap().1.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_job_api_submits_lists_streams_and_deletes() {
+    let dir = std::env::temp_dir().join(format!("colball-jobs-http-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, "alice a-token\nbob b-token\n").unwrap();
+    let config = Config {
+        client_tokens_file: Some(tokens),
+        ..quick()
+    };
+    let cluster = LocalCluster::start(config, 1, 1).await.unwrap();
+    let addr = cluster.serve_http().await.unwrap();
+    let (puzzles, answers) = mixed(43, 300, 0);
+    let mut body = String::new();
+    for (_, p) in &puzzles {
+        let (size, start, target) = (p.size(), p.start().rows(), p.target().rows());
+        body.push_str(&format!(
+            "{} {}\n{}\n{}\n",
+            size.rows(),
+            size.cols(),
+            start.join("\n"),
+            target.join("\n")
+        ));
+    }
+    body.push_str("0\n");
+    assert_eq!(
+        http(addr, "POST", "/api/v1/jobs", None, body.as_bytes())
+            .await
+            .0,
+        401
+    );
+    let (code, created) = http(
+        addr,
+        "POST",
+        "/api/v1/jobs?priority=normal&name=web",
+        Some("a-token"),
+        body.as_bytes(),
+    )
+    .await;
+    assert_eq!(code, 201, "{created}");
+    let created: serde_json::Value = serde_json::from_str(&created).unwrap();
+    let id = created["id"].as_str().unwrap().to_string();
+    assert_eq!(created["puzzles"], 300);
+    let (code, bad) = http(addr, "POST", "/api/v1/jobs", Some("a-token"), b"2 2\nRB\n").await;
+    assert_eq!(code, 400, "{bad}");
+    // Results follow the job to its end, as NDJSON in input order.
+    let (code, lines) = http(
+        addr,
+        "GET",
+        &format!("/api/v1/jobs/{id}/results?from=0&follow=1"),
+        Some("a-token"),
+        b"",
+    )
+    .await;
+    assert_eq!(code, 200);
+    let records: Vec<serde_json::Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(records.len(), 300);
+    for (i, (r, answer)) in records.iter().zip(&answers).enumerate() {
+        assert_eq!(r["id"], (i + 1).to_string());
+        assert_eq!(r["moves"], *answer);
+    }
+    let (_, one) = http(
+        addr,
+        "GET",
+        &format!("/api/v1/jobs/{id}"),
+        Some("a-token"),
+        b"",
+    )
+    .await;
+    let one: serde_json::Value = serde_json::from_str(&one).unwrap();
+    assert_eq!(
+        (one["state"].as_str(), one["name"].as_str()),
+        (Some("done"), Some("web"))
+    );
+    let (_, list) = http(addr, "GET", "/api/v1/jobs", Some("a-token"), b"").await;
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&list).unwrap()[0]["id"],
+        id.as_str()
+    );
+    // Bob does not see it.
+    assert_eq!(
+        http(
+            addr,
+            "GET",
+            &format!("/api/v1/jobs/{id}"),
+            Some("b-token"),
+            b""
+        )
+        .await
+        .0,
+        404
+    );
+    assert_eq!(
+        http(
+            addr,
+            "DELETE",
+            &format!("/api/v1/jobs/{id}"),
+            Some("b-token"),
+            b""
+        )
+        .await
+        .0,
+        404
+    );
+    assert_eq!(
+        http(
+            addr,
+            "DELETE",
+            &format!("/api/v1/jobs/{id}"),
+            Some("a-token"),
+            b""
+        )
+        .await
+        .0,
+        204
+    );
+    assert_eq!(
+        http(
+            addr,
+            "GET",
+            &format!("/api/v1/jobs/{id}"),
+            Some("a-token"),
+            b""
+        )
+        .await
+        .0,
+        404
+    );
+    cluster.shutdown().await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,279 @@
+//! The job API over plain HTTP, on the coordinator's `--http` endpoint, for
+//! dashboards and scripts that do not speak gRPC. The same jobs as
+//! `colball.v1.Jobs` (same store, same ownership):
+//!
+//! - `POST /api/v1/jobs?priority=bulk&name=NAME`: the body is a puzzle
+//!   file (classic or JSON Lines, as `colball solve` reads); 201 with
+//!   `{"id": ..., "puzzles": N}` once every puzzle is stored;
+//! - `GET /api/v1/jobs`: the caller's jobs, newest first;
+//! - `GET /api/v1/jobs/ID`: one job;
+//! - `GET /api/v1/jobs/ID/results?from=N&follow=1`: its results in input
+//!   order as NDJSON, the same objects as `colball solve --output jsonl`;
+//! - `DELETE /api/v1/jobs/ID`: 204.
+//!
+//! With client tokens configured every call needs `Authorization: Bearer
+//! TOKEN` (401 otherwise) and the token's name is the job's owner; without
+//! tokens the owner is the caller's IP address. Errors are a JSON object
+//! `{"error": "..."}` with the status code matching the gRPC one.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::get;
+use colball_proto::puzzle_to_wire;
+use colball_proto::v1::{self, puzzle_result};
+use colball_solver::format::{Format, classic, jsonl};
+use serde::Deserialize;
+use serde_json::json;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::coordinator::{Shared, jobs};
+use crate::store::JobRow;
+
+/// Largest request body: a puzzle file of about 4 million 4x4 puzzles.
+/// Bigger sets go through the gRPC `Submit`, which streams.
+pub const MAX_BODY_BYTES: usize = 256 << 20;
+
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/api/v1/jobs", get(list).post(submit))
+        .route("/api/v1/jobs/{id}", get(one).delete(remove))
+        .route("/api/v1/jobs/{id}/results", get(results))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(shared)
+}
+
+type Peer = ConnectInfo<SocketAddr>;
+
+fn error(code: StatusCode, message: impl Into<String>) -> Response {
+    (code, Json(json!({ "error": message.into() }))).into_response()
+}
+
+fn from_status(status: tonic::Status) -> Response {
+    let code = match status.code() {
+        tonic::Code::NotFound => StatusCode::NOT_FOUND,
+        tonic::Code::InvalidArgument => StatusCode::BAD_REQUEST,
+        tonic::Code::ResourceExhausted => StatusCode::PAYLOAD_TOO_LARGE,
+        tonic::Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+        tonic::Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    error(code, status.message())
+}
+
+/// Who calls: the token's name, or the peer's address without tokens.
+fn caller(shared: &Shared, headers: &HeaderMap, peer: SocketAddr) -> Result<String, &'static str> {
+    let check = crate::auth::check_clients(shared.tokens().clone());
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix(crate::auth::SCHEME));
+    match check.verify(given) {
+        Ok(Some(name)) => Ok(name.to_string()),
+        Ok(None) => Ok(peer.ip().to_string()),
+        Err(message) => Err(message),
+    }
+}
+
+fn job_json(row: &JobRow) -> serde_json::Value {
+    let job = row.to_wire();
+    let state = match v1::JobState::try_from(job.state) {
+        Ok(v1::JobState::Queued) => "queued",
+        Ok(v1::JobState::Running) => "running",
+        Ok(v1::JobState::Done) => "done",
+        Ok(v1::JobState::Cancelled) => "cancelled",
+        Ok(v1::JobState::Failed) => "failed",
+        _ => "unknown",
+    };
+    json!({
+        "id": job.id, "name": job.name, "state": state, "puzzles": job.puzzles,
+        "solved": job.solved, "errors": job.errors, "remaining": job.remaining,
+        "created_unix_ms": job.created_unix_ms, "finished_unix_ms": job.finished_unix_ms,
+        "failure": job.failure,
+    })
+}
+
+#[derive(Deserialize)]
+struct SubmitQuery {
+    priority: Option<String>,
+    #[serde(default)]
+    name: String,
+}
+
+async fn submit(
+    State(shared): State<Arc<Shared>>,
+    ConnectInfo(peer): Peer,
+    headers: HeaderMap,
+    Query(q): Query<SubmitQuery>,
+    body: Bytes,
+) -> Response {
+    let client = match caller(&shared, &headers, peer) {
+        Ok(c) => c,
+        Err(message) => return error(StatusCode::UNAUTHORIZED, message),
+    };
+    let priority = match q.priority.as_deref() {
+        None | Some("bulk") => v1::Priority::Bulk,
+        Some("normal") => v1::Priority::Normal,
+        Some("interactive") => v1::Priority::Interactive,
+        Some(other) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("priority {other:?}: expected interactive, normal or bulk"),
+            );
+        }
+    };
+    let mut puzzles = Vec::new();
+    match Format::detect(&body) {
+        Format::Classic => match classic::parse(&body) {
+            Ok(cases) => {
+                for (i, case) in cases.iter().enumerate() {
+                    puzzles.push(puzzle_to_wire((i + 1).to_string(), &case.puzzle));
+                }
+            }
+            Err(e) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!("line {}: {}", e.line, e.kind),
+                );
+            }
+        },
+        Format::Jsonl => {
+            for case in jsonl::parse(&body) {
+                match case {
+                    Ok(case) => puzzles.push(puzzle_to_wire(case.id, &case.puzzle)),
+                    Err(e) => {
+                        return error(
+                            StatusCode::BAD_REQUEST,
+                            format!("line {}: {}", e.line, e.message),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    let options = v1::JobOptions {
+        priority: priority as i32,
+        name: q.name,
+    };
+    let chunks = tokio_stream::iter([Ok(puzzles)]);
+    match jobs::submit_job(&shared, &client, options, chunks).await {
+        Ok(row) => (
+            StatusCode::CREATED,
+            Json(json!({ "id": row.id(), "puzzles": row.puzzles })),
+        )
+            .into_response(),
+        Err(status) => from_status(status),
+    }
+}
+
+async fn list(
+    State(shared): State<Arc<Shared>>,
+    ConnectInfo(peer): Peer,
+    headers: HeaderMap,
+) -> Response {
+    let client = match caller(&shared, &headers, peer) {
+        Ok(c) => c,
+        Err(message) => return error(StatusCode::UNAUTHORIZED, message),
+    };
+    let store = shared.store().clone();
+    match tokio::task::spawn_blocking(move || store.list(&client)).await {
+        Ok(Ok(rows)) => Json(rows.iter().map(job_json).collect::<Vec<_>>()).into_response(),
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+async fn one(
+    State(shared): State<Arc<Shared>>,
+    ConnectInfo(peer): Peer,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let client = match caller(&shared, &headers, peer) {
+        Ok(c) => c,
+        Err(message) => return error(StatusCode::UNAUTHORIZED, message),
+    };
+    match jobs::owned(&shared, &id, &client).await {
+        Ok(row) => Json(job_json(&row)).into_response(),
+        Err(status) => from_status(status),
+    }
+}
+
+async fn remove(
+    State(shared): State<Arc<Shared>>,
+    ConnectInfo(peer): Peer,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let client = match caller(&shared, &headers, peer) {
+        Ok(c) => c,
+        Err(message) => return error(StatusCode::UNAUTHORIZED, message),
+    };
+    match jobs::delete_job(&shared, &id, &client).await {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(status) => from_status(status),
+    }
+}
+
+#[derive(Deserialize)]
+struct ResultsQuery {
+    #[serde(default)]
+    from: u64,
+    #[serde(default)]
+    follow: u8,
+}
+
+async fn results(
+    State(shared): State<Arc<Shared>>,
+    ConnectInfo(peer): Peer,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(q): Query<ResultsQuery>,
+) -> Response {
+    let client = match caller(&shared, &headers, peer) {
+        Ok(c) => c,
+        Err(message) => return error(StatusCode::UNAUTHORIZED, message),
+    };
+    let row = match jobs::owned(&shared, &id, &client).await {
+        Ok(row) => row,
+        Err(status) => return from_status(status),
+    };
+    let rx = jobs::results_of(&shared, row, q.from, q.follow != 0);
+    let lines = ReceiverStream::new(rx).map(|r| {
+        let line = match r {
+            Ok(r) => record(&r),
+            Err(status) => json!({ "error": status.message() }).to_string(),
+        };
+        Ok::<_, std::convert::Infallible>(format!("{line}\n"))
+    });
+    (
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(lines),
+    )
+        .into_response()
+}
+
+/// A result as `colball solve --output jsonl` prints it.
+fn record(r: &v1::PuzzleResult) -> String {
+    match &r.outcome {
+        Some(puzzle_result::Outcome::Solved(s)) => jsonl::to_line(&jsonl::SolvedRecord {
+            id: r.id.clone(),
+            moves: s.moves,
+            solution: s.solution.clone(),
+            strategy: s.strategy.clone(),
+            time_us: s.time_us,
+        }),
+        Some(puzzle_result::Outcome::Error(e)) => jsonl::to_line(&jsonl::ErrorRecord {
+            id: Some(r.id.clone()),
+            line: r.index as usize + 1,
+            error: e.message.clone(),
+        }),
+        None => json!({ "id": r.id, "error": "no outcome" }).to_string(),
+    }
+}
