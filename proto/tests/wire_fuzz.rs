@@ -175,7 +175,11 @@ proptest! {
     fn wire_puzzles_convert_or_name_id_and_field(
         puzzles in prop::collection::vec(wire_puzzle(), 1..6),
     ) {
-        let request = v1::SolveBatchRequest { puzzles, ordered: false };
+        let request = v1::SolveBatchRequest {
+            puzzles,
+            ordered: false,
+            ..Default::default()
+        };
         // Through the encoder and decoder too: what a peer would send.
         let bytes = request.encode_to_vec();
         let converted = exercise(&bytes)?;

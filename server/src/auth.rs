@@ -125,6 +125,9 @@ pub fn read_tokens_file(path: &Path) -> Result<Vec<(Arc<str>, Secret)>, TokenFil
     Ok(tokens)
 }
 
+/// Accepted tokens with their names.
+type Named = Arc<Vec<(Arc<str>, Secret)>>;
+
 /// The client tokens a coordinator accepts, by name: the single
 /// `--client-token` (named [`DEFAULT_NAME`]) and the pairs of
 /// `--client-tokens-file`, which [`TokenSet::reload`] reads again (on
@@ -133,7 +136,7 @@ pub fn read_tokens_file(path: &Path) -> Result<Vec<(Arc<str>, Secret)>, TokenFil
 pub struct TokenSet {
     single: Option<Secret>,
     file: Option<PathBuf>,
-    tokens: RwLock<Arc<Vec<(Arc<str>, Secret)>>>,
+    tokens: RwLock<Named>,
 }
 
 impl TokenSet {
@@ -169,7 +172,7 @@ impl TokenSet {
         self.current().is_empty()
     }
 
-    fn current(&self) -> Arc<Vec<(Arc<str>, Secret)>> {
+    fn current(&self) -> Named {
         self.tokens
             .read()
             .unwrap_or_else(PoisonError::into_inner)

@@ -1500,7 +1500,7 @@ impl State {
                 r.sent <= r.received && r.received <= r.delivered && r.delivered <= r.total,
                 "request {rid}"
             );
-            assert_eq!(r.delivered + r.remaining <= r.total, true, "request {rid}");
+            assert!(r.delivered + r.remaining <= r.total, "request {rid}");
         }
         assert!(self.held() <= self.limits.max_pending);
     }
