@@ -8,6 +8,7 @@
 //! - [`auth`]: optional client and worker tokens (tonic interceptors);
 //! - [`cache`]: the bounded result cache both use;
 //! - [`http`]: the coordinator's plain-HTTP health and metrics endpoint;
+//!   [`process`] reads the process figures it exports;
 //! - [`shutdown`], [`telemetry`]: one shutdown path (Ctrl-C and SIGTERM) and
 //!   tracing setup for the binary;
 //! - [`testing`]: an in-process cluster on loopback for tests and benchmarks.
@@ -23,6 +24,7 @@ pub mod cache;
 pub mod coordinator;
 pub mod error;
 pub mod http;
+pub mod process;
 pub mod shutdown;
 pub mod telemetry;
 pub mod testing;

@@ -16,5 +16,6 @@ mod deploy;
 mod hostile;
 mod ops;
 mod processes;
+mod prometheus;
 mod secure_processes;
 mod security;
