@@ -5,7 +5,8 @@
 //! - `GET /api/status`: the dashboard's data as one JSON object;
 //! - `GET /api/stream`: the same object every half second as server-sent
 //!   events (`event: status`), which the dashboard follows;
-//! - `GET /metrics`: Prometheus metrics (OpenMetrics text format);
+//! - `GET /metrics`: Prometheus metrics: the Prometheus text format
+//!   0.0.4, or OpenMetrics when the scraper asks for it (`Accept`);
 //! - `GET /healthz`: 200 while the process serves (503 once shutting
 //!   down), for liveness probes;
 //! - `GET /readyz`: 200 only while at least one worker is connected, for
@@ -20,11 +21,12 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Json, Response};
@@ -40,7 +42,7 @@ use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::coordinator::Shared;
-use crate::coordinator::events::Recent;
+use crate::coordinator::events::{History, MovesCount, Recent};
 use crate::coordinator::policy::Priority;
 use crate::coordinator::state::{REJECT_LABELS, WorkerView};
 
@@ -158,7 +160,7 @@ struct Status {
     quarantined: u64,
     /// Results with an answer, over all requests.
     answered: u64,
-    /// Answers per second over the last interval (0 for `/api/status`).
+    /// Answers per second over the last five seconds.
     throughput: f64,
     /// Answers from a cache (the coordinator's or a worker's) over all
     /// answers.
@@ -171,6 +173,10 @@ struct Status {
     p99_us: u64,
     recent_results: Vec<Recent>,
     recent_failures: Vec<Recent>,
+    /// Answers by number of moves (-1: unreachable), over all answers.
+    by_moves: Vec<MovesCount>,
+    /// The last minutes, second by second, for the dashboard's charts.
+    history: History,
     sequence: u64,
 }
 
@@ -200,7 +206,7 @@ fn current(shared: &Shared) -> Status {
         rejected: s.counters.rejected.iter().sum(),
         quarantined: s.counters.quarantined,
         answered,
-        throughput: 0.0,
+        throughput: t.throughput,
         cache_hit_rate: if answered == 0 {
             0.0
         } else {
@@ -214,6 +220,8 @@ fn current(shared: &Shared) -> Status {
         p99_us: t.p99_us,
         recent_results: t.results,
         recent_failures: t.failures,
+        by_moves: t.by_moves,
+        history: shared.events().history(),
         sequence: t.newest_sequence,
     }
 }
@@ -225,20 +233,11 @@ async fn status(State(app): State<App>) -> Json<Status> {
 async fn stream(State(app): State<App>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let mut ticks = tokio::time::interval(STREAM_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last: Option<(Instant, u64)> = None;
     let shutdown = app.shutdown.clone();
     let events = tokio_stream::wrappers::IntervalStream::new(ticks)
         .take_while(move |_| !shutdown.is_cancelled())
         .map(move |_| {
-            let mut status = current(&app.shared);
-            let now = Instant::now();
-            if let Some((then, answered)) = last {
-                let secs = now.duration_since(then).as_secs_f64();
-                if secs > 0.0 {
-                    status.throughput = status.answered.saturating_sub(answered) as f64 / secs;
-                }
-            }
-            last = Some((now, status.answered));
+            let status = current(&app.shared);
             Ok(Event::default()
                 .event("status")
                 .json_data(&status)
@@ -250,39 +249,207 @@ async fn stream(State(app): State<App>) -> Sse<impl Stream<Item = Result<Event, 
 /// Label sets of the metric families.
 type Labels = Vec<(String, String)>;
 
+/// One label; the value escaped as both text formats want (prometheus-client
+/// writes label values as given).
 fn label(key: &str, value: &str) -> Labels {
-    vec![(key.to_string(), value.to_string())]
+    let mut escaped = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => escaped.push_str("\\\\"),
+            '"' => escaped.push_str("\\\""),
+            '\n' => escaped.push_str("\\n"),
+            c => escaped.push(c),
+        }
+    }
+    vec![(key.to_string(), escaped)]
 }
 
-async fn metrics(State(app): State<App>) -> Response {
-    let shared = &app.shared;
+/// The two text formats `/metrics` speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetricsFormat {
+    /// The Prometheus text format 0.0.4: what a plain scrape gets, and
+    /// what `promtool check metrics` reads.
+    Prometheus,
+    /// OpenMetrics 1.0.0: for a scraper that asks for it
+    /// (`Accept: application/openmetrics-text`), as Prometheus does.
+    OpenMetrics,
+}
+
+impl MetricsFormat {
+    /// Picks the format from an `Accept` header: OpenMetrics when it is
+    /// accepted (a quality above 0) at least as much as plain text.
+    pub fn negotiate(accept: Option<&str>) -> MetricsFormat {
+        let Some(accept) = accept else {
+            return MetricsFormat::Prometheus;
+        };
+        let mut open = 0.0f64;
+        let mut plain = 0.0f64;
+        for range in accept.split(',') {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().unwrap_or("").to_ascii_lowercase();
+            let q = parts
+                .filter_map(|p| p.strip_prefix("q="))
+                .find_map(|q| q.parse::<f64>().ok())
+                .unwrap_or(1.0);
+            match media.as_str() {
+                "application/openmetrics-text" => open = open.max(q),
+                "text/plain" => plain = plain.max(q),
+                _ => {}
+            }
+        }
+        if open > 0.0 && open >= plain {
+            MetricsFormat::OpenMetrics
+        } else {
+            MetricsFormat::Prometheus
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            MetricsFormat::Prometheus => "text/plain; version=0.0.4; charset=utf-8",
+            MetricsFormat::OpenMetrics => {
+                "application/openmetrics-text; version=1.0.0; charset=utf-8"
+            }
+        }
+    }
+}
+
+async fn metrics(State(app): State<App>, headers: HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let format = MetricsFormat::negotiate(accept);
+    match encode_metrics(&app.shared, format) {
+        Ok(body) => ([(header::CONTENT_TYPE, format.content_type())], body).into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot encode metrics");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
+}
+
+/// Everything `/metrics` serves, in `format`. Help texts carry no final
+/// full stop: prometheus-client adds one.
+pub fn encode_metrics(shared: &Shared, format: MetricsFormat) -> Result<String, std::fmt::Error> {
+    let mut root = Registry::default();
+    register_process(&mut root, &crate::process::read());
+    colball_metrics(shared, root.sub_registry_with_prefix("colball"));
+    let mut body = String::new();
+    encode(&mut body, &root)?;
+    Ok(match format {
+        MetricsFormat::OpenMetrics => body,
+        MetricsFormat::Prometheus => openmetrics_to_prometheus(&body),
+    })
+}
+
+/// The standard `process_*` families, those that could be read.
+fn register_process(registry: &mut Registry, p: &crate::process::ProcessStats) {
+    if let Some(v) = p.cpu_seconds {
+        let c = Counter::<f64, AtomicU64>::default();
+        c.inc_by(v);
+        registry.register(
+            "process_cpu_seconds",
+            "Total user and system CPU time spent in seconds",
+            c,
+        );
+    }
+    let mut gauge = |name: &str, help: &str, value: Option<f64>| {
+        if let Some(v) = value {
+            let g = Gauge::<f64, AtomicU64>::default();
+            g.set(v);
+            registry.register(name, help, g);
+        }
+    };
+    gauge(
+        "process_resident_memory_bytes",
+        "Resident memory size in bytes",
+        p.resident_bytes.map(|b| b as f64),
+    );
+    gauge(
+        "process_virtual_memory_bytes",
+        "Virtual memory size in bytes",
+        p.virtual_bytes.map(|b| b as f64),
+    );
+    gauge(
+        "process_open_fds",
+        "Number of open file descriptors",
+        p.open_fds.map(|n| n as f64),
+    );
+    gauge(
+        "process_max_fds",
+        "Maximum number of open file descriptors",
+        p.max_fds.map(|n| n as f64),
+    );
+    gauge(
+        "process_start_time_seconds",
+        "Start time of the process since unix epoch in seconds",
+        p.start_time_seconds,
+    );
+}
+
+/// Rewrites OpenMetrics text as Prometheus text 0.0.4: a counter's `HELP`
+/// and `TYPE` name its samples (`x_total`) rather than its family (`x`),
+/// `unknown` is `untyped`, and there is no `UNIT` line nor `# EOF`.
+pub fn openmetrics_to_prometheus(open: &str) -> String {
+    let typed: std::collections::HashMap<&str, &str> = open
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.split_once(' '))
+        .collect();
+    let mut out = String::with_capacity(open.len() + 256);
+    for line in open.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let rewritten = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let (name, rest) = line.strip_prefix(prefix)?.split_once(' ')?;
+            let kind = typed.get(name).copied().unwrap_or("");
+            let (name, rest) = match (kind, *prefix) {
+                ("counter", _) => (format!("{name}_total"), rest),
+                ("unknown", "# TYPE ") => (name.to_string(), "untyped"),
+                _ => (name.to_string(), rest),
+            };
+            Some(format!("{prefix}{name} {rest}"))
+        });
+        out.push_str(rewritten.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
+fn colball_metrics(shared: &Shared, registry: &mut Registry) {
     let (s, cache_entries) = shared.snapshot();
     let traffic = shared.traffic();
-    let mut registry = Registry::with_prefix("colball");
+    let build = Family::<Labels, Gauge>::default();
+    build
+        .get_or_create(&label("version", env!("CARGO_PKG_VERSION")))
+        .set(1);
+    registry.register(
+        "build_info",
+        "The coordinator's version (the value is always 1)",
+        build,
+    );
     let mut gauge = |name: &str, help: &str, value: u64| {
         let g: Gauge = Gauge::default();
         g.set(value as i64);
         registry.register(name, help, g);
     };
-    gauge("workers", "Connected workers.", s.workers as u64);
-    gauge("slots", "Solver slots over all workers.", s.slots);
-    gauge("queued", "Puzzles waiting for a worker.", s.queued as u64);
-    gauge("in_flight", "Puzzles held by workers.", s.in_flight as u64);
+    gauge("workers", "Connected workers", s.workers as u64);
+    gauge("slots", "Solver slots over all workers", s.slots);
+    gauge("queued", "Puzzles waiting for a worker", s.queued as u64);
+    gauge("in_flight", "Puzzles held by workers", s.in_flight as u64);
     gauge(
         "pending",
-        "Puzzles admitted and not yet answered.",
+        "Puzzles admitted and not yet answered",
         s.pending as u64,
     );
-    gauge("batches", "Open requests.", s.batches as u64);
+    gauge("batches", "Open requests", s.batches as u64);
     gauge(
         "held",
-        "Results admitted and not yet read by their clients (bounded by --max-pending).",
+        "Results admitted and not yet read by their clients (bounded by --max-pending)",
         s.held as u64,
     );
 
     gauge(
         "result_cache_entries",
-        "Entries of the coordinator's result cache.",
+        "Entries of the coordinator's result cache",
         cache_entries as u64,
     );
     let mut counter = |name: &str, help: &str, value: u64| {
@@ -290,56 +457,56 @@ async fn metrics(State(app): State<App>) -> Response {
         c.inc_by(value);
         registry.register(name, help, c);
     };
-    counter("solved", "Puzzles solved by workers.", s.counters.solved);
+    counter("solved", "Puzzles solved by workers", s.counters.solved);
     counter(
         "failed",
-        "Puzzles that got an error result from the cluster.",
+        "Puzzles that got an error result from the cluster",
         s.counters.failed,
     );
     counter(
         "redispatched",
-        "Puzzles re-dispatched after a worker was lost.",
+        "Puzzles re-dispatched after a worker was lost",
         s.counters.redispatched,
     );
     counter(
         "workers_lost",
-        "Workers lost while holding work or without leaving cleanly.",
+        "Workers lost while holding work or without leaving cleanly",
         s.counters.workers_lost,
     );
     counter(
         "cancelled",
-        "Puzzles cancelled because their client went away.",
+        "Puzzles cancelled because their client went away",
         s.counters.cancelled,
     );
     counter(
         "result_errors",
-        "Error results sent to clients (invalid puzzles, puzzles given up on).",
+        "Error results sent to clients (invalid puzzles, puzzles given up on)",
         traffic.errors,
     );
     counter(
         "workers_quarantined",
-        "Workers quarantined because an answer of theirs failed the check.",
+        "Workers quarantined because an answer of theirs failed the check",
         s.counters.quarantined,
     );
     counter(
         "tasks_timed_out",
-        "Workers lost for holding a task past --task-timeout-secs.",
+        "Workers lost for holding a task past --task-timeout-secs",
         s.counters.timed_out,
     );
     counter(
         "audits_passed",
-        "Audited answers another worker confirmed.",
+        "Audited answers another worker confirmed",
         s.counters.audits_passed,
     );
     let (hits, misses) = shared.cache().counts();
     counter(
         "result_cache_hits",
-        "Puzzles answered from the coordinator's result cache.",
+        "Puzzles answered from the coordinator's result cache",
         hits,
     );
     counter(
         "result_cache_misses",
-        "Puzzles looked up in the result cache and dispatched.",
+        "Puzzles looked up in the result cache and dispatched",
         misses,
     );
     let answered = Family::<Labels, Counter>::default();
@@ -348,7 +515,7 @@ async fn metrics(State(app): State<App>) -> Response {
     }
     registry.register(
         "answered",
-        "Answers sent to clients, by strategy (`result_cache`: the coordinator's cache; `cache`: a worker's).",
+        "Answers sent to clients, by strategy (`result_cache`: the coordinator's cache; `cache`: a worker's)",
         answered,
     );
     let depth = Family::<Labels, Gauge>::default();
@@ -359,7 +526,7 @@ async fn metrics(State(app): State<App>) -> Response {
     }
     registry.register(
         "queue_depth",
-        "Puzzles waiting for a worker, by priority class.",
+        "Puzzles waiting for a worker, by priority class",
         depth,
     );
     let rejected = Family::<Labels, Counter>::default();
@@ -368,12 +535,12 @@ async fn metrics(State(app): State<App>) -> Response {
     }
     registry.register(
         "results_rejected",
-        "Worker answers refused (never delivered nor cached), by reason.",
+        "Worker answers refused (never delivered nor cached), by reason",
         rejected,
     );
     registry.register(
         "solve_latency_seconds",
-        "Time workers spent on each puzzle they solved.",
+        "Time workers spent on each puzzle they solved",
         shared.events().latency(),
     );
     let per_worker =
@@ -387,27 +554,27 @@ async fn metrics(State(app): State<App>) -> Response {
             registry.register(name, help, family);
         };
     per_worker(
-        &mut registry,
+        registry,
         "worker_cache_hits",
-        "Puzzles a worker answered from its solver cache.",
+        "Puzzles a worker answered from its solver cache",
         &|w| w.cache_hits,
     );
     per_worker(
-        &mut registry,
+        registry,
         "worker_cache_misses",
-        "Solver cache lookups that missed, by worker.",
+        "Solver cache lookups that missed, by worker",
         &|w| w.cache_misses,
     );
     per_worker(
-        &mut registry,
+        registry,
         "worker_cache_evictions",
-        "Entries evicted from a worker's solver cache.",
+        "Entries evicted from a worker's solver cache",
         &|w| w.cache_evictions,
     );
     per_worker(
-        &mut registry,
+        registry,
         "worker_table_builds",
-        "Distance tables a worker built.",
+        "Distance tables a worker built",
         &|w| w.table_builds,
     );
     let load = Family::<Labels, Gauge>::default();
@@ -415,18 +582,56 @@ async fn metrics(State(app): State<App>) -> Response {
         load.get_or_create(&label("worker", &w.name))
             .set(w.in_flight as i64);
     }
-    registry.register("worker_in_flight", "Puzzles a worker holds.", load);
-    let mut body = String::new();
-    if let Err(e) = encode(&mut body, &registry) {
-        tracing::error!(error = %e, "cannot encode metrics");
-        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    registry.register("worker_in_flight", "Puzzles a worker holds", load);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openmetrics_is_asked_for_and_plain_text_is_the_default() {
+        use MetricsFormat::*;
+        assert_eq!(MetricsFormat::negotiate(None), Prometheus);
+        assert_eq!(MetricsFormat::negotiate(Some("*/*")), Prometheus);
+        assert_eq!(MetricsFormat::negotiate(Some("text/plain")), Prometheus);
+        // What Prometheus 2.x sends.
+        let prometheus = "application/openmetrics-text;version=1.0.0,\
+            application/openmetrics-text;version=0.0.1;q=0.75,\
+            text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(MetricsFormat::negotiate(Some(prometheus)), OpenMetrics);
+        assert_eq!(
+            MetricsFormat::negotiate(Some("text/plain;q=0.9, application/openmetrics-text;q=0.5")),
+            Prometheus
+        );
+        assert_eq!(
+            MetricsFormat::negotiate(Some("application/openmetrics-text;q=0")),
+            Prometheus
+        );
     }
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        body,
-    )
-        .into_response()
+
+    #[test]
+    fn counters_are_named_by_their_samples_in_prometheus_text() {
+        let open = "# HELP x_answered Answers.\n# TYPE x_answered counter\n\
+                    x_answered_total{s=\"a\"} 3\n\
+                    # HELP x_up Up.\n# TYPE x_up gauge\nx_up 1\n\
+                    # HELP x_t_seconds Time.\n# TYPE x_t_seconds histogram\n# UNIT x_t_seconds seconds\n\
+                    # HELP x_odd Odd.\n# TYPE x_odd unknown\nx_odd 2\n# EOF\n";
+        assert_eq!(
+            openmetrics_to_prometheus(open),
+            "# HELP x_answered_total Answers.\n# TYPE x_answered_total counter\n\
+             x_answered_total{s=\"a\"} 3\n\
+             # HELP x_up Up.\n# TYPE x_up gauge\nx_up 1\n\
+             # HELP x_t_seconds Time.\n# TYPE x_t_seconds histogram\n\
+             # HELP x_odd Odd.\n# TYPE x_odd untyped\nx_odd 2\n"
+        );
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(
+            label("worker", "a\"b\\c\nd"),
+            vec![("worker".to_string(), "a\\\"b\\\\c\\nd".to_string())]
+        );
+    }
 }

@@ -8,6 +8,7 @@
 //! - [`auth`]: optional client and worker tokens (tonic interceptors);
 //! - [`cache`]: the bounded result cache both use;
 //! - [`http`]: the coordinator's plain-HTTP health and metrics endpoint;
+//!   [`process`] reads the process figures it exports;
 //! - [`store`]: durable jobs, their puzzles and results, in SQLite;
 //!   [`http_jobs`]: the job API over plain HTTP;
 //! - [`shutdown`], [`telemetry`]: one shutdown path (Ctrl-C and SIGTERM) and
@@ -26,6 +27,7 @@ pub mod coordinator;
 pub mod error;
 pub mod http;
 pub mod http_jobs;
+pub mod process;
 pub mod shutdown;
 pub mod store;
 pub mod telemetry;

@@ -11,8 +11,10 @@
 //! moved past it. Publishing never waits for a watcher.
 //!
 //! The log also keeps what the dashboard and `/metrics` show about recent
-//! traffic: the last results and failures, recent solve times and totals by
-//! strategy.
+//! traffic: the last results and failures, recent solve times, totals by
+//! strategy and by number of moves, the throughput over the last seconds,
+//! and a per-second history of the last minutes (answers, solve-time
+//! percentiles, queue depths by class) for the dashboard's charts.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -29,6 +31,14 @@ pub const DEFAULT_RETAINED: usize = 100_000;
 const RECENT: usize = 20;
 /// Recent solve times kept for the dashboard's percentiles.
 const RECENT_TIMES: usize = 1024;
+/// Seconds of per-second history kept for the dashboard's charts.
+pub const HISTORY_SECS: i64 = 300;
+/// The window of the throughput figure: the current second and the four
+/// before it.
+const RATE_SECS: i64 = 5;
+/// Solve times kept per second of history for its percentiles (the first
+/// ones of the second beyond that).
+const TIMES_PER_SECOND: usize = 4096;
 
 /// Upper bounds, in seconds, of the solve-time histogram's buckets: from
 /// 10 us (small boards) to 1 s (the slowest 4x4 pairs take tens of ms).
@@ -72,6 +82,64 @@ pub struct Traffic {
     pub p50_us: u64,
     pub p99_us: u64,
     pub newest_sequence: u64,
+    /// Answers per second over the last [`RATE_SECS`] seconds (or since
+    /// the log was created, when that is shorter).
+    pub throughput: f64,
+    /// Answers by their number of moves (-1: unreachable), cached ones
+    /// included.
+    pub by_moves: Vec<MovesCount>,
+}
+
+/// How many answers had a number of moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct MovesCount {
+    pub moves: i64,
+    pub count: u64,
+}
+
+/// The last minutes, one entry per whole second from `start_unix_s` (the
+/// current, unfinished second is left out): answers, percentiles of the
+/// worker solve times of that second (`None` without any), and the queue
+/// depth by class at its end.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct History {
+    pub start_unix_s: i64,
+    pub answered: Vec<u64>,
+    pub p50_us: Vec<Option<u64>>,
+    pub p99_us: Vec<Option<u64>>,
+    pub queued_interactive: Vec<u64>,
+    pub queued_normal: Vec<u64>,
+    pub queued_bulk: Vec<u64>,
+}
+
+/// One second of history.
+#[derive(Debug)]
+struct Second {
+    unix_s: i64,
+    answered: u64,
+    /// Solve times while the second is the newest; empty once closed.
+    times_us: Vec<u64>,
+    p50_us: Option<u64>,
+    p99_us: Option<u64>,
+    /// The queue depths last seen in this second.
+    queued: [u64; 3],
+}
+
+impl Second {
+    fn close(&mut self) {
+        if self.times_us.is_empty() {
+            return;
+        }
+        self.times_us.sort_unstable();
+        self.p50_us = Some(percentile(&self.times_us, 50));
+        self.p99_us = Some(percentile(&self.times_us, 99));
+        self.times_us = Vec::new();
+    }
+}
+
+/// The `p`th percentile of sorted, non-empty `times`.
+fn percentile(times: &[u64], p: usize) -> u64 {
+    times[(times.len() * p / 100).min(times.len() - 1)]
 }
 
 #[derive(Debug)]
@@ -85,6 +153,95 @@ struct Inner {
     results: VecDeque<Recent>,
     failures: VecDeque<Recent>,
     times_us: VecDeque<u64>,
+    created_ms: i64,
+    /// Per-second history, oldest first, only seconds with something in.
+    seconds: VecDeque<Second>,
+    /// The queue depths now, and at the end of the newest second dropped
+    /// from the history.
+    depths: [u64; 3],
+    depths_before: [u64; 3],
+    by_moves: BTreeMap<i64, u64>,
+}
+
+impl Inner {
+    /// The history entry of the second holding `now_ms`, closing older
+    /// ones and dropping those beyond [`HISTORY_SECS`]. A clock that went
+    /// back counts as the newest second.
+    fn second(&mut self, now_ms: i64) -> &mut Second {
+        let now_s = now_ms.div_euclid(1000);
+        self.advance(now_s);
+        if self.seconds.back().is_none_or(|b| b.unix_s < now_s) {
+            self.seconds.push_back(Second {
+                unix_s: now_s,
+                answered: 0,
+                times_us: Vec::new(),
+                p50_us: None,
+                p99_us: None,
+                queued: self.depths,
+            });
+        }
+        self.seconds.back_mut().expect("just pushed")
+    }
+
+    /// Closes the seconds before `now_s` and drops those too old to keep.
+    fn advance(&mut self, now_s: i64) {
+        if let Some(back) = self.seconds.back_mut().filter(|b| b.unix_s < now_s) {
+            back.close();
+        }
+        while let Some(front) = self.seconds.front() {
+            if front.unix_s > now_s - HISTORY_SECS {
+                break;
+            }
+            self.depths_before = front.queued;
+            self.seconds.pop_front();
+        }
+    }
+
+    fn throughput(&self, now_ms: i64) -> f64 {
+        let now_s = now_ms.div_euclid(1000);
+        let first = now_s - (RATE_SECS - 1);
+        let answers: u64 = self
+            .seconds
+            .iter()
+            .rev()
+            .take_while(|s| s.unix_s >= first)
+            .map(|s| s.answered)
+            .sum();
+        let since = (first * 1000).max(self.created_ms);
+        // At least a second, so the first answers of a fresh coordinator
+        // do not read as a burst.
+        let span_ms = (now_ms - since).max(1000);
+        answers as f64 * 1000.0 / span_ms as f64
+    }
+
+    fn history(&mut self, now_ms: i64) -> History {
+        let now_s = now_ms.div_euclid(1000);
+        self.advance(now_s);
+        let start = (now_s - HISTORY_SECS).max(self.created_ms.div_euclid(1000));
+        let mut h = History {
+            start_unix_s: start,
+            ..History::default()
+        };
+        let mut depths = self.depths_before;
+        let mut kept = self.seconds.iter().peekable();
+        for second in start..now_s {
+            while kept.next_if(|k| k.unix_s < second).is_some() {}
+            let (answered, p50, p99) = match kept.next_if(|k| k.unix_s == second) {
+                Some(k) => {
+                    depths = k.queued;
+                    (k.answered, k.p50_us, k.p99_us)
+                }
+                None => (0, None, None),
+            };
+            h.answered.push(answered);
+            h.p50_us.push(p50);
+            h.p99_us.push(p99);
+            h.queued_interactive.push(depths[0]);
+            h.queued_normal.push(depths[1]);
+            h.queued_bulk.push(depths[2]);
+        }
+        h
+    }
 }
 
 /// See the module documentation.
@@ -125,6 +282,11 @@ impl EventLog {
                 results: VecDeque::new(),
                 failures: VecDeque::new(),
                 times_us: VecDeque::new(),
+                created_ms: unix_ms(),
+                seconds: VecDeque::new(),
+                depths: [0; 3],
+                depths_before: [0; 3],
+                by_moves: BTreeMap::new(),
             }),
             live: broadcast::channel(4096).0,
             latency: Histogram::new(latency_buckets()),
@@ -146,10 +308,18 @@ impl EventLog {
 
     /// Records `kind` as the next event and sends it to live watchers.
     pub fn publish(&self, kind: Kind) {
-        let now = unix_ms();
+        self.publish_at(kind, unix_ms());
+    }
+
+    /// [`Self::publish`] at a given time (milliseconds since the epoch).
+    fn publish_at(&self, kind: Kind, now: i64) {
         let mut inner = self.lock();
         if let Kind::Result(r) = &kind {
             self.account(&mut inner, r, now);
+        }
+        if let Kind::QueueDepth(d) = &kind {
+            inner.depths = [d.interactive, d.normal, d.bulk];
+            inner.second(now).queued = [d.interactive, d.normal, d.bulk];
         }
         if let Kind::WorkerLost(w) = &kind {
             push(
@@ -189,6 +359,12 @@ impl EventLog {
                     s.strategy.as_str()
                 };
                 *inner.by_strategy.entry(how.to_string()).or_default() += 1;
+                *inner.by_moves.entry(s.moves).or_default() += 1;
+                let second = inner.second(now);
+                second.answered += 1;
+                if !s.cached && second.times_us.len() < TIMES_PER_SECOND {
+                    second.times_us.push(s.time_us);
+                }
                 if !s.cached {
                     self.latency.observe(s.time_us as f64 / 1e6);
                     if inner.times_us.len() == RECENT_TIMES {
@@ -252,16 +428,27 @@ impl EventLog {
 
     /// Totals and recent traffic.
     pub fn traffic(&self) -> Traffic {
+        self.traffic_at(unix_ms())
+    }
+
+    fn traffic_at(&self, now: i64) -> Traffic {
         let inner = self.lock();
         let mut times: Vec<u64> = inner.times_us.iter().copied().collect();
         times.sort_unstable();
         let pct = |p: usize| {
-            times
-                .get((times.len() * p / 100).min(times.len().saturating_sub(1)))
-                .copied()
-                .unwrap_or(0)
+            if times.is_empty() {
+                0
+            } else {
+                percentile(&times, p)
+            }
         };
         Traffic {
+            throughput: inner.throughput(now),
+            by_moves: inner
+                .by_moves
+                .iter()
+                .map(|(&moves, &count)| MovesCount { moves, count })
+                .collect(),
             by_strategy: inner.by_strategy.clone(),
             errors: inner.errors,
             results: inner.results.iter().rev().cloned().collect(),
@@ -270,6 +457,11 @@ impl EventLog {
             p99_us: pct(99),
             newest_sequence: inner.next - 1,
         }
+    }
+
+    /// The last minutes, second by second, for the dashboard's charts.
+    pub fn history(&self) -> History {
+        self.lock().history(unix_ms())
     }
 
     /// The histogram of worker solve times, in seconds.
@@ -434,6 +626,110 @@ mod tests {
         log.publish(joined(6));
         assert_eq!(sub.live.try_recv().unwrap().sequence, 6);
         assert!(log.subscribe(Some(7)).unwrap().backlog.is_empty());
+    }
+
+    fn solved(moves: i64, time_us: u64, cached: bool) -> Kind {
+        Kind::Result(v1::ResultEvent {
+            batch: 1,
+            result: Some(v1::PuzzleResult {
+                outcome: Some(puzzle_result::Outcome::Solved(v1::Solved {
+                    moves,
+                    strategy: "bidir".into(),
+                    time_us,
+                    cached,
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }),
+        })
+    }
+
+    fn depth(interactive: u64, normal: u64, bulk: u64) -> Kind {
+        Kind::QueueDepth(v1::QueueDepth {
+            interactive,
+            normal,
+            bulk,
+        })
+    }
+
+    /// A log created at `t0` (ms since the epoch).
+    fn log_at(t0: i64) -> EventLog {
+        let log = EventLog::new(100);
+        log.lock().created_ms = t0;
+        log
+    }
+
+    #[test]
+    fn throughput_counts_the_last_five_seconds_or_since_the_start() {
+        let t0 = 1_000_000_000;
+        let log = log_at(t0);
+        assert_eq!(log.traffic_at(t0 + 10).throughput, 0.0);
+        // 300 answers in the first two seconds.
+        for i in 0..300 {
+            log.publish_at(solved(5, 100, false), t0 + i * 2000 / 300);
+        }
+        let early = log.traffic_at(t0 + 2000).throughput;
+        assert!((early - 150.0).abs() < 1e-9, "{early}");
+        // Shortly after a fresh start it is over at least one second.
+        let log = log_at(t0);
+        log.publish_at(solved(5, 100, false), t0 + 10);
+        assert_eq!(log.traffic_at(t0 + 20).throughput, 1.0);
+        // Later, over the current second and the four before it.
+        let log = log_at(t0);
+        for sec in 0..20 {
+            for _ in 0..10 {
+                log.publish_at(solved(5, 100, false), t0 + sec * 1000 + 500);
+            }
+        }
+        let late = log.traffic_at(t0 + 19_500).throughput;
+        assert!((late - 50.0 / 4.5).abs() < 1e-9, "{late}");
+        assert_eq!(log.traffic_at(t0 + 60_000).throughput, 0.0, "gone quiet");
+    }
+
+    #[test]
+    fn history_has_every_second_with_answers_percentiles_and_depths() {
+        let t0 = 1_000_000_000;
+        let log = log_at(t0);
+        log.publish_at(depth(0, 7, 2), t0 + 100);
+        for us in 1..=100 {
+            log.publish_at(solved(3, us, false), t0 + 200);
+        }
+        log.publish_at(solved(-1, 0, true), t0 + 300);
+        // Nothing in the second second; the queue drains in the third.
+        log.publish_at(depth(1, 0, 0), t0 + 2100);
+        log.publish_at(solved(4, 9, false), t0 + 2200);
+        let h = log.lock().history(t0 + 4500);
+        assert_eq!(h.start_unix_s, t0 / 1000);
+        assert_eq!(h.answered, [101, 0, 1, 0]);
+        assert_eq!(h.p50_us, [Some(51), None, Some(9), None]);
+        assert_eq!(h.p99_us, [Some(100), None, Some(9), None]);
+        assert_eq!(h.queued_interactive, [0, 0, 1, 1]);
+        assert_eq!(h.queued_normal, [7, 7, 0, 0]);
+        assert_eq!(h.queued_bulk, [2, 2, 0, 0]);
+        let by_moves = log.traffic_at(t0 + 4500).by_moves;
+        assert_eq!(
+            by_moves,
+            [
+                MovesCount {
+                    moves: -1,
+                    count: 1
+                },
+                MovesCount {
+                    moves: 3,
+                    count: 100
+                },
+                MovesCount { moves: 4, count: 1 },
+            ]
+        );
+        // Only the last HISTORY_SECS seconds are kept; the depths carry
+        // over from the seconds dropped.
+        let later = t0 + (HISTORY_SECS + 10) * 1000;
+        let h = log.lock().history(later);
+        assert_eq!(h.answered.len(), HISTORY_SECS as usize);
+        assert_eq!(h.start_unix_s, later / 1000 - HISTORY_SECS);
+        assert!(h.answered.iter().all(|&n| n == 0));
+        assert!(h.queued_interactive.iter().all(|&n| n == 1));
+        assert_eq!(log.lock().seconds.len(), 0, "nothing older is kept");
     }
 
     #[test]

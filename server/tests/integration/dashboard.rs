@@ -51,6 +51,7 @@ impl Chromium {
                 "--disable-gpu",
                 "--disable-dev-shm-usage",
                 "--no-first-run",
+                "--window-size=1200,900",
                 "--remote-debugging-address=127.0.0.1",
                 "--remote-debugging-port=0",
                 "about:blank",
@@ -158,6 +159,17 @@ impl DevTools {
             answered: Number(document.getElementById("answered").textContent),
             names: [...document.querySelectorAll("tr.worker")].map(r => r.dataset.name),
             results: document.querySelectorAll("#results tr:not(:has(.empty))").length,
+            queued: ["interactive", "normal", "bulk"]
+                .map(c => Number(document.getElementById("queued-" + c).textContent)),
+            charts: Object.fromEntries(["throughput", "latency", "queue", "moves"].map(c => {
+                const svg = document.getElementById("chart-" + c);
+                return [c, {
+                    points: Number(svg.dataset.points || 0),
+                    max: Number(svg.dataset.max || 0),
+                    total: Number(svg.dataset.total || 0),
+                    drawn: svg.querySelectorAll("path.line, circle, rect").length,
+                }];
+            })),
         })"##;
         let value = self
             .call(
@@ -166,6 +178,20 @@ impl DevTools {
             )
             .await;
         serde_json::from_str(value["result"]["value"].as_str().unwrap_or("{}")).unwrap_or_default()
+    }
+
+    /// A PNG screenshot of the whole page.
+    async fn screenshot(&mut self) -> Vec<u8> {
+        use base64::Engine;
+        let shot = self
+            .call(
+                "Page.captureScreenshot",
+                json!({"format": "png", "captureBeyondViewport": true}),
+            )
+            .await;
+        base64::engine::general_purpose::STANDARD
+            .decode(shot["data"].as_str().unwrap())
+            .unwrap()
     }
 
     /// Polls the page until `ok` holds (bounded by `WAIT`); every state seen
@@ -194,6 +220,37 @@ struct Shown {
     answered: u64,
     names: Vec<String>,
     results: u64,
+    /// The queue tiles: interactive, normal, bulk.
+    queued: Vec<u64>,
+    charts: Charts,
+}
+
+/// What each chart says it drew.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+struct Charts {
+    throughput: Chart,
+    latency: Chart,
+    queue: Chart,
+    moves: Chart,
+}
+
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+struct Chart {
+    /// Points (line charts) or bars.
+    points: u64,
+    max: f64,
+    /// The bars' sum.
+    total: u64,
+    /// SVG lines, dots and bars in the chart.
+    drawn: u64,
+}
+
+/// Width and height of a PNG, from its header.
+fn png_size(png: &[u8]) -> (u32, u32) {
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
+    assert_eq!(&png[12..16], b"IHDR");
+    let be = |at: usize| u32::from_be_bytes(png[at..at + 4].try_into().unwrap());
+    (be(16), be(20))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -248,5 +305,42 @@ async fn the_dashboard_shows_workers_joining_and_answers_rising_live() {
         seen.windows(2).all(|w| w[0].answered <= w[1].answered),
         "the count never goes down"
     );
+    assert!(
+        seen.iter().any(|s| s.queued[1] > 0),
+        "the normal-class queue tile showed the queue: {:?}",
+        seen.iter().map(|s| &s.queued).collect::<Vec<_>>()
+    );
+
+    // The charts: once the batch's last second is history, every chart
+    // has drawn data.
+    let drawn = page
+        .until(&mut seen, |s| {
+            let c = &s.charts;
+            c.throughput.max > 0.0 && c.moves.total == total && c.latency.points > 0
+        })
+        .await;
+    let c = &drawn.charts;
+    assert!(c.throughput.points > 0 && c.throughput.drawn >= 1, "{c:?}");
+    assert!(
+        c.latency.max > 0.0 && c.latency.drawn >= 2,
+        "p50 and p99: {c:?}"
+    );
+    assert!(
+        c.queue.max > 0.0,
+        "the queue was not empty during the batch: {c:?}"
+    );
+    assert!(c.queue.drawn >= 4, "all and three classes: {c:?}");
+    assert!(
+        c.moves.points >= 5 && c.moves.drawn == c.moves.points,
+        "{c:?}"
+    );
+    let png = page.screenshot().await;
+    let (width, height) = png_size(&png);
+    assert!(width >= 600 && height >= 600, "{width}x{height}");
+    // A blank or nearly blank page compresses to a few kilobytes.
+    assert!(png.len() > 30_000, "{} bytes", png.len());
+    let keep = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard.png");
+    std::fs::write(&keep, &png).unwrap();
+    eprintln!("dashboard screenshot: {}", keep.display());
     cluster.shutdown().await;
 }

@@ -17,6 +17,7 @@ mod hostile;
 mod jobs;
 mod ops;
 mod processes;
+mod prometheus;
 mod secure_processes;
 mod security;
 mod sharing;

@@ -283,7 +283,11 @@ async fn metrics_and_probes_follow_the_cluster() {
     assert_eq!(status["recent_results"].as_array().unwrap().len(), 20);
     let (code, page) = get(http, "/").await;
     assert_eq!(code, 200);
-    assert!(page.contains("EventSource(\"/api/stream\")"));
+    assert!(
+        page.contains("new EventSource("),
+        "the page follows /api/stream"
+    );
+    assert!(page.contains("\"/api/stream\""));
 
     cluster.shutdown().await;
 }
@@ -372,5 +376,102 @@ async fn grpc_health_follows_workers_and_reflection_lists_every_service() {
             .any(|f| String::from_utf8_lossy(f).contains("SolveBatch")),
         "the descriptor of solver.proto describes SolveBatch"
     );
+    cluster.shutdown().await;
+}
+
+/// The first `status` event of `/api/stream`, as JSON.
+async fn first_streamed_status(addr: SocketAddr) -> serde_json::Value {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /api/stream HTTP/1.0\r\nhost: test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut text = String::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        let n = tokio::time::timeout(WAIT, s.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "the stream ended: {text}");
+        text.push_str(&String::from_utf8_lossy(&buf[..n]));
+        if let Some(at) = text.find("event: status\ndata: ") {
+            let data = &text[at + "event: status\ndata: ".len()..];
+            if let Some(end) = data.find('\n') {
+                return serde_json::from_str(&data[..end]).unwrap();
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_stream_report_throughput_while_puzzles_are_queued() {
+    let cluster = LocalCluster::start(quick(), 1, 1).await.unwrap();
+    let http = cluster.serve_http().await.unwrap();
+    assert!(cluster.wait_for_workers(1, WAIT).await);
+    let idle: serde_json::Value = serde_json::from_str(&get(http, "/api/status").await.1).unwrap();
+    assert_eq!(idle["throughput"], 0.0);
+
+    // Slow 4x4 puzzles on one single-threaded worker: a queue for seconds.
+    let puzzles = crate::common::four_by_four(31, 3000);
+    let url = cluster.url();
+    let batch = tokio::spawn(async move {
+        let mut client = Client::connect(&url).await.unwrap();
+        let stream = client.solve_stream(&puzzles, false).await.unwrap();
+        stream.collect::<Vec<_>>().await.len()
+    });
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let busy = loop {
+        let status: serde_json::Value =
+            serde_json::from_str(&get(http, "/api/status").await.1).unwrap();
+        if status["answered"].as_u64().unwrap() >= 50 && status["queued"].as_u64().unwrap() > 0 {
+            break status;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{status}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let throughput = busy["throughput"].as_f64().unwrap();
+    assert!(throughput > 0.0, "answers per second while queued: {busy}");
+    let streamed = first_streamed_status(http).await;
+    assert!(
+        streamed["throughput"].as_f64().unwrap() > 0.0,
+        "the stream's first status: {streamed}"
+    );
+    assert!(streamed["queued"].as_u64().unwrap() > 0);
+    // The per-second history and the answers by moves behind the
+    // dashboard's charts.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let status: serde_json::Value =
+        serde_json::from_str(&get(http, "/api/status").await.1).unwrap();
+    let history = &status["history"];
+    let per_second: u64 = history["answered"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .sum();
+    assert!(per_second > 0, "{history}");
+    assert!(
+        history["queued_normal"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_u64().unwrap() > 0),
+        "{history}"
+    );
+    assert!(
+        history["p99_us"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p.as_u64().is_some())
+    );
+    let by_moves: u64 = status["by_moves"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(by_moves, status["answered"].as_u64().unwrap());
+    batch.abort();
     cluster.shutdown().await;
 }
