@@ -4,7 +4,11 @@
 # SIGTERM or SIGHUP, or when the process that started this script ends.
 #
 #   cargo build --release
-#   deploy/local-cluster.sh [WORKERS] [THREADS_PER_WORKER]
+#   deploy/local-cluster.sh [WORKERS] [THREADS_PER_WORKER] [DATA_DIR]
+#
+# With DATA_DIR the coordinator keeps durable jobs there (SQLite), so they
+# survive a restart of the cluster on the same directory; without it jobs
+# live in memory.
 #
 # Environment: COLBALL_BIN (directory of the binaries, default
 # target/release), COLBALL_PORT and COLBALL_HTTP_PORT (default 0: any free
@@ -24,6 +28,9 @@ set -euo pipefail
 
 workers=${1:-2}
 threads=${2:-1}
+data_dir=${3:-}
+data_args=()
+if [ -n "$data_dir" ]; then data_args=(--data-dir "$data_dir"); fi
 stop_secs=${COLBALL_STOP_SECS:-75}
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${COLBALL_BIN:-$root/target/release}
@@ -103,7 +110,7 @@ trap 'exit 129' HUP
 # them from its standard output instead of guessing ports.
 exec 3< <(exec "$server" coordinator \
     --listen "127.0.0.1:${COLBALL_PORT:-0}" \
-    --http "127.0.0.1:${COLBALL_HTTP_PORT:-0}")
+    --http "127.0.0.1:${COLBALL_HTTP_PORT:-0}" "${data_args[@]}")
 pids+=($!)
 grpc="" http=""
 while [ -z "$grpc" ] && read -r -t 30 line <&3; do

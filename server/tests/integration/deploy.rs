@@ -69,7 +69,7 @@ fn command_lines() -> Vec<(String, Vec<String>)> {
         .filter(|p| p.starts_with(deploy_dir().join("k8s")))
     {
         for doc in load(path) {
-            if doc["kind"].as_str() != Some("Deployment") {
+            if !matches!(doc["kind"].as_str(), Some("Deployment" | "StatefulSet")) {
                 continue;
             }
             for container in doc["spec"]["template"]["spec"]["containers"]
@@ -125,7 +125,20 @@ fn kubernetes_has_probes_autoscaling_and_a_matching_grace_period() {
     assert_eq!(kind("HorizontalPodAutoscaler").count(), 1);
     assert_eq!(kind("PodDisruptionBudget").count(), 1);
     assert!(kind("Service").count() >= 1);
-    for deployment in kind("Deployment") {
+    // The coordinator keeps its job store on a volume claim.
+    let coordinator = kind("StatefulSet")
+        .next()
+        .expect("the coordinator is a StatefulSet");
+    assert_eq!(
+        coordinator["spec"]["volumeClaimTemplates"][0]["metadata"]["name"].as_str(),
+        Some("data")
+    );
+    let args = strings(&coordinator["spec"]["template"]["spec"]["containers"][0]["args"]);
+    assert!(
+        args.windows(2).any(|w| w == ["--data-dir", "/data"]),
+        "{args:?}"
+    );
+    for deployment in kind("Deployment").chain(kind("StatefulSet")) {
         let pod = &deployment["spec"]["template"]["spec"];
         let container = &pod["containers"][0];
         let args = strings(&container["args"]);
