@@ -203,6 +203,9 @@ pub struct Shared {
     shutdown: CancellationToken,
     /// Numbers for requests and workers (the state takes them as inputs).
     next_id: AtomicU64,
+    /// Numbers for workers, apart, so that worker names read `w1#1`,
+    /// `w2#2` in joining order.
+    next_worker: AtomicU64,
     outboxes: DashMap<u64, mpsc::UnboundedSender<BatchEvent>>,
     links: DashMap<u64, Link>,
     /// The job store, the jobs running now, and the store's writer.
@@ -242,6 +245,7 @@ impl Shared {
             tokens,
             workers: watch::channel(0).0,
             next_id: AtomicU64::new(1),
+            next_worker: AtomicU64::new(1),
             outboxes: DashMap::new(),
             links: DashMap::new(),
             config,
@@ -1121,7 +1125,7 @@ impl Workers for WorkersService {
         };
         // The greeting goes first, before any assignment.
         let _ = tx.send(Ok(greeting));
-        let worker = shared.fresh_id();
+        let worker = shared.next_worker.fetch_add(1, Ordering::Relaxed);
         let stop = CancellationToken::new();
         shared.links.insert(
             worker,

@@ -1,0 +1,143 @@
+//! The job path against `SolveBatch`, and what the store costs (not a
+//! timed test): `cargo bench -p colball-server --bench jobs`.
+//!
+//! An in-process cluster on loopback (coordinator and 1 worker of
+//! `THREADS` solver threads in this process), coordinator cache off. The
+//! same puzzles are solved as one `SolveBatch` and as one job (submit, then
+//! read every result, following), side by side, twice each:
+//! - `COUNT4` uniformly random 4x4 puzzles (default 2000);
+//! - `SMALL` puzzles of every size up to 12 cells (default 100000);
+//!
+//! then, with the store on disk (a temporary data dir), the bytes it takes
+//! per puzzle and the time a coordinator takes to start on it.
+
+#![allow(clippy::unwrap_used)] // a benchmark: a failed unwrap is a failed run
+
+use std::time::{Duration, Instant};
+
+use colball_client::jobs::Jobs;
+use colball_client::remote::{Client, Security};
+use colball_server::coordinator::Config;
+use colball_server::testing::LocalCluster;
+use colball_solver::generate::Generator;
+use colball_solver::{Puzzle, Size};
+use tokio_stream::StreamExt;
+
+mod common;
+
+use common::{batch, env};
+
+fn small(seed: u64, n: usize) -> Vec<(String, Puzzle)> {
+    let mut g = Generator::new(seed);
+    let sizes: Vec<Size> = Size::ALL.into_iter().filter(|s| s.cells() <= 12).collect();
+    (0..n)
+        .map(|i| {
+            let size = g.pick(&sizes);
+            (format!("s{i}"), g.uniform(size))
+        })
+        .collect()
+}
+
+async fn via_batch(url: &str, puzzles: &[(String, Puzzle)]) -> f64 {
+    let mut client = Client::connect(url).await.unwrap();
+    let began = Instant::now();
+    let mut n = 0;
+    for chunk in puzzles.chunks(colball_client::remote::REQUEST_CHUNK) {
+        let mut s = client.solve_stream(chunk, false).await.unwrap();
+        while let Some(r) = s.next().await {
+            r.unwrap();
+            n += 1;
+        }
+    }
+    assert_eq!(n, puzzles.len());
+    n as f64 / began.elapsed().as_secs_f64()
+}
+
+/// Puzzles per second through a job: submitted, then every result read
+/// (following); the job is deleted after unless `keep`.
+async fn via_job(url: &str, puzzles: &[(String, Puzzle)], keep: bool) -> f64 {
+    let mut jobs = Jobs::connect(url, &Security::default()).await.unwrap();
+    let began = Instant::now();
+    let id = jobs.submit(puzzles, None, "bench").await.unwrap().id;
+    let mut s = jobs.results(&id, 0, true).await.unwrap();
+    let mut n = 0;
+    while let Some(r) = s.next().await {
+        r.unwrap();
+        n += 1;
+    }
+    assert_eq!(n, puzzles.len());
+    let rate = n as f64 / began.elapsed().as_secs_f64();
+    if !keep {
+        jobs.delete(&id).await.unwrap();
+    }
+    rate
+}
+
+async fn compare(name: &str, url: &str, puzzles: &[(String, Puzzle)]) {
+    for round in 1..=2 {
+        let b = via_batch(url, puzzles).await;
+        let j = via_job(url, puzzles, false).await;
+        println!(
+            "  {name:<28} run {round}: SolveBatch {b:>8.0}/s   job {j:>8.0}/s   job/batch {:>4.0}%",
+            100.0 * j / b
+        );
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let threads = env("THREADS", 2);
+    let count4 = env("COUNT4", 2000);
+    let n_small = env("SMALL", 100_000);
+    let config = Config {
+        cache_capacity: 0,
+        ..Config::default()
+    };
+    let cluster = LocalCluster::start(config.clone(), 1, threads)
+        .await
+        .unwrap();
+    assert!(cluster.wait_for_workers(1, Duration::from_secs(10)).await);
+    let url = cluster.url();
+    println!(
+        "colball jobs bench: coordinator + 1 worker x {threads} threads, loopback, store in memory\n"
+    );
+    compare(
+        &format!("{count4} 4x4"),
+        &url,
+        &batch(1, Size::new(4, 4).unwrap(), count4),
+    )
+    .await;
+    compare(
+        &format!("{n_small} small (<= 12 cells)"),
+        &url,
+        &small(2, n_small),
+    )
+    .await;
+    cluster.shutdown().await;
+
+    // On disk: the store's size per puzzle, and a restart on it.
+    let dir = std::env::temp_dir().join(format!("colball-bench-jobs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let on_disk = Config {
+        data_dir: Some(dir.clone()),
+        ..config
+    };
+    let cluster = LocalCluster::start(on_disk.clone(), 1, threads)
+        .await
+        .unwrap();
+    assert!(cluster.wait_for_workers(1, Duration::from_secs(10)).await);
+    let puzzles = small(3, n_small);
+    let rate = via_job(&cluster.url(), &puzzles, true).await;
+    let bytes = cluster.shared.store().size_bytes().unwrap();
+    cluster.shutdown().await;
+    println!(
+        "\nstore on disk: {n_small} small puzzles with their results: {:.1} MiB, {:.0} bytes per puzzle ({rate:.0} puzzles/s through the job)",
+        bytes as f64 / (1 << 20) as f64,
+        bytes as f64 / n_small as f64
+    );
+    let began = Instant::now();
+    let again = LocalCluster::start(on_disk, 0, 1).await.unwrap();
+    println!("  a coordinator starts on it in {:.1?}", began.elapsed());
+    again.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
