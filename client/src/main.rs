@@ -136,7 +136,7 @@ struct SecurityArgs {
         value_name = "TOKEN"
     )]
     token: Option<String>,
-    /// Read the client token from a file (one final newline is dropped).
+    /// Read the client token from a file (surrounding whitespace is dropped).
     #[arg(
         long,
         value_name = "FILE",
@@ -181,7 +181,7 @@ struct EngineArgs {
     /// Search strategy: `auto` answers repeats from the cache, builds a
     /// distance table for targets shared by enough puzzles, and uses the
     /// bidirectional search for the rest.
-    #[arg(long, default_value = "auto")]
+    #[arg(long, default_value = "auto", value_parser = strategy_parser())]
     strategy: Strategy,
     /// Most solved puzzles to remember (0 turns the cache off).
     #[arg(long, default_value_t = 1_000_000)]
@@ -189,6 +189,17 @@ struct EngineArgs {
     /// Most MiB of distance tables to keep (a 4x4 table is 15.6 MiB).
     #[arg(long, default_value_t = 64)]
     table_mib: usize,
+}
+
+/// `--strategy`: one of the strategies' names, listed in `--help`.
+fn strategy_parser() -> impl clap::builder::TypedValueParser<Value = Strategy> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(Strategy::ALL.map(Strategy::name)).map(|name| {
+        Strategy::ALL
+            .into_iter()
+            .find(|s| s.name() == name)
+            .unwrap_or_default()
+    })
 }
 
 impl EngineArgs {
@@ -276,9 +287,10 @@ struct BenchArgs {
     /// Random puzzles of each size with at most 12 cells to time.
     #[arg(long, default_value_t = 2000)]
     small: usize,
-    /// A classic file of far-apart puzzles to time as well (for example the
-    /// examples' far.in).
-    #[arg(long)]
+    /// A classic file of far-apart puzzles to time as well, for example
+    /// docs/examples/far.in (pairs up to 12 moves apart). It is read and
+    /// checked before any timing starts.
+    #[arg(long, value_name = "FILE", conflicts_with = "strategies")]
     far: Option<PathBuf>,
     /// Seed for the random puzzles.
     #[arg(long, default_value_t = 7)]
@@ -594,6 +606,24 @@ fn run_bench(args: BenchArgs) -> Result<()> {
     if args.strategies {
         return bench_strategies(&args);
     }
+    // The far file first: a mistyped name fails at once, not after the
+    // timing of everything before it.
+    let far = match &args.far {
+        Some(path) => {
+            let (bytes, name) = read_input(Some(path))?;
+            let cases = classic::parse(&bytes)
+                .map_err(|e| anyhow::anyhow!("{name}:{}: {}", e.line, e.kind))?;
+            anyhow::ensure!(!cases.is_empty(), "{name} holds no case to time");
+            let label = path
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+            Some((
+                label,
+                cases.into_iter().map(|c| c.puzzle).collect::<Vec<_>>(),
+            ))
+        }
+        None => None,
+    };
     let mut search = BidirSearch::new();
     let mut g = Generator::new(args.seed);
     let size4 = Size::new(4, 4).expect("legal");
@@ -615,16 +645,8 @@ fn run_bench(args: BenchArgs) -> Result<()> {
     let uniform: Vec<Puzzle> = (0..args.count).map(|_| g.uniform(size4)).collect();
     let (stats, by_distance) = bench::time_each(&mut search, &uniform);
     println!("{:<24} {stats}", "4x4 uniform");
-    if let Some(path) = &args.far {
-        let bytes =
-            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-        let cases =
-            classic::parse(&bytes).map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))?;
-        let far: Vec<Puzzle> = cases.into_iter().map(|c| c.puzzle).collect();
-        let name = path
-            .file_name()
-            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-        println!("{:<24} {}", name, bench::time_each(&mut search, &far).0);
+    if let Some((label, far)) = &far {
+        println!("{:<24} {}", label, bench::time_each(&mut search, far).0);
     }
     let mut all_small = Vec::new();
     for size in Size::ALL.into_iter().filter(|s| s.cells() <= 12) {

@@ -206,7 +206,11 @@ fn every_strategy_prints_the_same_answers() {
     assert!(outputs.iter().all(|o| o == &outputs[0]));
     let out = colball(&["solve", "--strategy", "magic"], &made.stdout);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("unknown strategy"));
+    assert!(
+        text(&out.stderr).contains("invalid value 'magic' for '--strategy <STRATEGY>'"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 /// Runs `colball solve ARGS` on `stdin`: exit code, stdout, stderr.
@@ -356,4 +360,88 @@ fn a_repeated_json_lines_id_is_an_error_for_its_line_as_on_the_cluster() {
         err,
         "colball: <stdin>:2: field id: \"a\" is the id of line 1 already (ids must be unique within a file)\n"
     );
+}
+
+#[test]
+fn bench_checks_its_far_file_before_timing_anything() {
+    let out = colball(
+        &[
+            "bench",
+            "--far",
+            "/nonexistent/far.in",
+            "--count",
+            "1",
+            "--small",
+            "1",
+        ],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(text(&out.stdout), "", "nothing was timed");
+    assert_eq!(
+        text(&out.stderr),
+        "colball: cannot read /nonexistent/far.in: No such file or directory (os error 2)\n"
+    );
+    let dir = std::env::temp_dir().join(format!("colball-bench-far-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.in");
+    std::fs::write(&bad, "2 2\nRR\nRX\n").unwrap();
+    let out = colball(
+        &["bench", "--far", bad.to_str().unwrap(), "--count", "1"],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(text(&out.stdout), "");
+    assert!(
+        text(&out.stderr).ends_with("bad.in:3: case 1, start board, row 2, column 2: 'X' is not a colour (expected R, B or G)\n"),
+        "{}",
+        text(&out.stderr)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // The file the help names is shipped, and times.
+    let help = text(&colball(&["bench", "--help"], b"").stdout);
+    assert!(help.contains("docs/examples/far.in"), "{help}");
+    let far = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/far.in");
+    let out = colball(
+        &[
+            "bench",
+            "--far",
+            far.to_str().unwrap(),
+            "--count",
+            "2",
+            "--small",
+            "2",
+        ],
+        b"",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).lines().any(|l| l.starts_with("far.in ")),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn strategy_values_are_listed_in_help() {
+    let help = text(&colball(&["solve", "--help"], b"").stdout);
+    let strategy = help
+        .split("--strategy")
+        .nth(1)
+        .and_then(|s| s.split("--cache-entries").next())
+        .unwrap_or_else(|| panic!("{help}"));
+    assert!(
+        strategy.contains("[possible values: auto, bidir, idastar, table]"),
+        "{strategy}"
+    );
+    let out = colball(&["solve", "--strategy", "fast"], b"");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("[possible values: auto, bidir, idastar, table]"),
+        "{}",
+        text(&out.stderr)
+    );
+    let (code, out, _) = solve(&["--strategy", "idastar"], b"2 2\nBB\nBR\nBB\nRR\n");
+    assert_eq!((code, out.as_str()), (Some(0), "-1\n"));
 }
