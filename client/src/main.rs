@@ -141,7 +141,7 @@ struct SecurityArgs {
         value_name = "TOKEN"
     )]
     token: Option<String>,
-    /// Read the client token from a file (one final newline is dropped).
+    /// Read the client token from a file (surrounding whitespace is dropped).
     #[arg(
         long,
         value_name = "FILE",
@@ -186,7 +186,7 @@ struct EngineArgs {
     /// Search strategy: `auto` answers repeats from the cache, builds a
     /// distance table for targets shared by enough puzzles, and uses the
     /// bidirectional search for the rest.
-    #[arg(long, default_value = "auto")]
+    #[arg(long, default_value = "auto", value_parser = strategy_parser())]
     strategy: Strategy,
     /// Most solved puzzles to remember (0 turns the cache off).
     #[arg(long, default_value_t = 1_000_000)]
@@ -194,6 +194,17 @@ struct EngineArgs {
     /// Most MiB of distance tables to keep (a 4x4 table is 15.6 MiB).
     #[arg(long, default_value_t = 64)]
     table_mib: usize,
+}
+
+/// `--strategy`: one of the strategies' names, listed in `--help`.
+fn strategy_parser() -> impl clap::builder::TypedValueParser<Value = Strategy> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(Strategy::ALL.map(Strategy::name)).map(|name| {
+        Strategy::ALL
+            .into_iter()
+            .find(|s| s.name() == name)
+            .unwrap_or_default()
+    })
 }
 
 impl EngineArgs {
@@ -281,9 +292,10 @@ struct BenchArgs {
     /// Random puzzles of each size with at most 12 cells to time.
     #[arg(long, default_value_t = 2000)]
     small: usize,
-    /// A classic file of far-apart puzzles to time as well (for example the
-    /// examples' far.in).
-    #[arg(long)]
+    /// A classic file of far-apart puzzles to time as well, for example
+    /// docs/examples/far.in (pairs up to 12 moves apart). It is read and
+    /// checked before any timing starts.
+    #[arg(long, value_name = "FILE", conflicts_with = "strategies")]
     far: Option<PathBuf>,
     /// Seed for the random puzzles.
     #[arg(long, default_value_t = 7)]
@@ -344,21 +356,61 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
         .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
 }
 
+/// The longest line an input file may have: a puzzle line is a few dozen
+/// bytes (a JSON line with a 256-byte id a few hundred).
+const MAX_LINE_BYTES: usize = 1 << 20;
+
 /// Reads a file, or standard input for `None` or `-`; returns the bytes and
-/// the name to use in messages.
+/// the name to use in messages. Reading stops with an error naming the line
+/// at the first line longer than [`MAX_LINE_BYTES`] (so `/dev/zero` or a
+/// binary file is refused after a mebibyte, not read whole).
 fn read_input(path: Option<&PathBuf>) -> Result<(Vec<u8>, String)> {
     match path {
         Some(p) if p.as_os_str() != "-" => {
-            let bytes = std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?;
-            Ok((bytes, p.display().to_string()))
+            let name = p.display().to_string();
+            let file =
+                std::fs::File::open(p).with_context(|| format!("cannot read {}", p.display()))?;
+            let bytes = read_capped(file, &name)?;
+            Ok((bytes, name))
         }
         _ => {
-            let mut bytes = Vec::new();
-            io::stdin()
-                .read_to_end(&mut bytes)
-                .context("cannot read standard input")?;
-            Ok((bytes, "<stdin>".to_string()))
+            let name = "<stdin>".to_string();
+            let bytes = read_capped(io::stdin().lock(), &name)?;
+            Ok((bytes, name))
         }
+    }
+}
+
+/// Reads `from` to its end, refusing a line longer than [`MAX_LINE_BYTES`].
+fn read_capped(mut from: impl Read, name: &str) -> Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    // The current line: its number and the bytes of it read so far.
+    let mut line = 1usize;
+    let mut line_len = 0usize;
+    loop {
+        let n = match from.read(&mut chunk) {
+            Ok(0) => return Ok(bytes),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot read {name}")),
+        };
+        let mut pieces = chunk[..n].split(|&b| b == b'\n');
+        line_len += pieces.next().map_or(0, <[u8]>::len);
+        for piece in pieces {
+            if line_len > MAX_LINE_BYTES {
+                break;
+            }
+            line += 1;
+            line_len = piece.len();
+        }
+        if line_len > MAX_LINE_BYTES {
+            anyhow::bail!(
+                "{name}:{line}: line {line} is longer than {} MiB; this is not a puzzle file",
+                MAX_LINE_BYTES >> 20
+            );
+        }
+        bytes.extend_from_slice(&chunk[..n]);
     }
 }
 
@@ -448,6 +500,9 @@ fn solve(args: SolveArgs, quiet: bool) -> Result<ExitCode> {
                 }
             }
         }
+    }
+    if entries.is_empty() && !quiet {
+        eprintln!("colball: {name} holds no case (nothing to solve)");
     }
     let output = args.output.unwrap_or(match format {
         Format::Classic => OutputFormat::Classic,
@@ -557,6 +612,24 @@ fn run_bench(args: BenchArgs) -> Result<()> {
     if args.strategies {
         return bench_strategies(&args);
     }
+    // The far file first: a mistyped name fails at once, not after the
+    // timing of everything before it.
+    let far = match &args.far {
+        Some(path) => {
+            let (bytes, name) = read_input(Some(path))?;
+            let cases = classic::parse(&bytes)
+                .map_err(|e| anyhow::anyhow!("{name}:{}: {}", e.line, e.kind))?;
+            anyhow::ensure!(!cases.is_empty(), "{name} holds no case to time");
+            let label = path
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+            Some((
+                label,
+                cases.into_iter().map(|c| c.puzzle).collect::<Vec<_>>(),
+            ))
+        }
+        None => None,
+    };
     let mut search = BidirSearch::new();
     let mut g = Generator::new(args.seed);
     let size4 = Size::new(4, 4).expect("legal");
@@ -578,16 +651,8 @@ fn run_bench(args: BenchArgs) -> Result<()> {
     let uniform: Vec<Puzzle> = (0..args.count).map(|_| g.uniform(size4)).collect();
     let (stats, by_distance) = bench::time_each(&mut search, &uniform);
     println!("{:<24} {stats}", "4x4 uniform");
-    if let Some(path) = &args.far {
-        let bytes =
-            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-        let cases =
-            classic::parse(&bytes).map_err(|e| anyhow::anyhow!("{}:{e}", path.display()))?;
-        let far: Vec<Puzzle> = cases.into_iter().map(|c| c.puzzle).collect();
-        let name = path
-            .file_name()
-            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-        println!("{:<24} {}", name, bench::time_each(&mut search, &far).0);
+    if let Some((label, far)) = &far {
+        println!("{:<24} {}", label, bench::time_each(&mut search, far).0);
     }
     let mut all_small = Vec::new();
     for size in Size::ALL.into_iter().filter(|s| s.cells() <= 12) {

@@ -45,9 +45,12 @@ pub enum SecretError {
 }
 
 impl Secret {
-    /// A token from text. `what` names where it came from (for example
-    /// `--client-token`) in the error; the token itself is never quoted.
+    /// A token from text, less surrounding whitespace (a final newline
+    /// from `echo`, `$(cat file)` or a Secret, a stray space). `what`
+    /// names where it came from (for example `--client-token`) in the
+    /// error; the token itself is never quoted.
     pub fn new(token: &str, what: &str) -> Result<Secret, SecretError> {
+        let token = token.trim();
         if token.is_empty() {
             return Err(SecretError::Empty { what: what.into() });
         }
@@ -57,17 +60,15 @@ impl Secret {
         Ok(Secret(token.into()))
     }
 
-    /// A token from a file: its contents less one final newline (`\n` or
-    /// `\r\n`), as written by `echo` or a Kubernetes Secret volume.
+    /// A token from a file: its contents less surrounding whitespace (the
+    /// final newline `echo` or a Kubernetes Secret volume writes).
     pub fn from_file(path: &Path) -> Result<Secret, SecretError> {
         let what = format!("token file {}", path.display());
         let text = std::fs::read_to_string(path).map_err(|e| SecretError::Unreadable {
             what: what.clone(),
             reason: e.to_string(),
         })?;
-        let text = text.strip_suffix('\n').unwrap_or(&text);
-        let text = text.strip_suffix('\r').unwrap_or(text);
-        Secret::new(text, &what)
+        Secret::new(&text, &what)
     }
 
     /// The token from a flag's value or a file named by another flag (the
@@ -146,7 +147,21 @@ mod tests {
     }
 
     #[test]
-    fn files_lose_one_final_newline() {
+    fn surrounding_whitespace_is_dropped_inner_whitespace_refused() {
+        for raw in ["tok\n", " tok", "\ttok\r\n", "tok  \n\n"] {
+            assert_eq!(
+                Secret::new(raw, "--token").unwrap().expose(),
+                b"tok",
+                "{raw:?}"
+            );
+        }
+        let e = Secret::new(" \n", "COLBALL_TOKEN").unwrap_err();
+        assert_eq!(e.to_string(), "COLBALL_TOKEN is empty");
+        assert!(Secret::new("to k\n", "--token").is_err());
+    }
+
+    #[test]
+    fn files_lose_surrounding_whitespace() {
         let dir = std::env::temp_dir().join(format!("colball-secret-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t");

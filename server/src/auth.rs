@@ -269,7 +269,7 @@ impl Interceptor for Check {
                 Ok(request)
             }
             Err(message) => {
-                tracing::warn!(peer = ?request.remote_addr(), role = ?self.role, "call refused: {message}");
+                tracing::warn!(peer = %crate::telemetry::addr(request.remote_addr()), role = ?self.role, "call refused: {message}");
                 Err(Status::unauthenticated(message))
             }
         }

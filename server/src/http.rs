@@ -53,7 +53,8 @@ const DASHBOARD: &str = include_str!("dashboard.html");
 
 /// Serves until `shutdown`; open dashboard streams end then too.
 pub async fn run(listener: TcpListener, shared: Arc<Shared>, shutdown: CancellationToken) {
-    tracing::info!(addr = ?listener.local_addr().ok(), "http endpoint listening");
+    let addr = crate::telemetry::addr(listener.local_addr().ok());
+    tracing::info!(%addr, "http endpoint listening");
     let app = router(shared, shutdown.clone());
     let served = axum::serve(
         listener,

@@ -97,7 +97,7 @@ struct CoordinatorArgs {
         value_name = "TOKEN"
     )]
     client_token: Option<String>,
-    /// Read the client token from a file (one final newline is dropped).
+    /// Read the client token from a file (surrounding whitespace is dropped).
     #[arg(long, value_name = "FILE", conflicts_with = "client_token")]
     client_token_file: Option<PathBuf>,
     /// Keep durable jobs (their puzzles and results) in a SQLite database
@@ -151,7 +151,7 @@ struct CoordinatorArgs {
         value_name = "TOKEN"
     )]
     worker_token: Option<String>,
-    /// Read the worker token from a file (one final newline is dropped).
+    /// Read the worker token from a file (surrounding whitespace is dropped).
     #[arg(long, value_name = "FILE", conflicts_with = "worker_token")]
     worker_token_file: Option<PathBuf>,
     /// Serve gRPC over TLS with this certificate chain (PEM); needs
@@ -175,7 +175,7 @@ struct WorkerSecurity {
         value_name = "TOKEN"
     )]
     token: Option<String>,
-    /// Read the worker token from a file (one final newline is dropped).
+    /// Read the worker token from a file (surrounding whitespace is dropped).
     #[arg(long, value_name = "FILE", conflicts_with = "token")]
     token_file: Option<PathBuf>,
     /// Trust this CA certificate (PEM) for an https:// coordinator URL.
@@ -210,7 +210,7 @@ struct WorkerArgs {
     /// How to solve: `auto` answers repeats from the shared cache, builds a
     /// distance table for targets that enough assigned puzzles share, and
     /// uses the bidirectional search otherwise; or `bidir`, `idastar`, `table`.
-    #[arg(long, default_value = "auto")]
+    #[arg(long, default_value = "auto", value_parser = strategy_parser())]
     strategy: colball_solver::Strategy,
     /// Most solved puzzles the worker's threads remember (0: no cache).
     #[arg(long, default_value_t = 1_000_000)]
@@ -376,4 +376,16 @@ async fn run_worker(args: WorkerArgs) -> anyhow::Result<()> {
     }
     worker::run(config, shutdown::on_signal()).await?;
     Ok(())
+}
+
+/// `--strategy`: one of the strategies' names, listed in `--help`.
+fn strategy_parser() -> impl clap::builder::TypedValueParser<Value = colball_solver::Strategy> {
+    use clap::builder::TypedValueParser;
+    use colball_solver::Strategy;
+    clap::builder::PossibleValuesParser::new(Strategy::ALL.map(Strategy::name)).map(|name| {
+        Strategy::ALL
+            .into_iter()
+            .find(|s| s.name() == name)
+            .unwrap_or_default()
+    })
 }

@@ -11,6 +11,12 @@ pub enum LogFormat {
     Json,
 }
 
+/// An address for a log field: `127.0.0.1:50051`, or `unknown` when there
+/// is none (rather than `Some(127.0.0.1:50051)`).
+pub fn addr(addr: Option<std::net::SocketAddr>) -> String {
+    addr.map_or_else(|| "unknown".to_string(), |a| a.to_string())
+}
+
 /// Installs the global subscriber. Call once, from `main`.
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));

@@ -182,6 +182,11 @@ pub enum BoardError {
     },
     #[error("row {row}, column {col}: {found:?} is not a colour (expected R, B or G)")]
     BadLetter { row: usize, col: usize, found: char },
+    /// Letters are written together: `RGB`, not `R G B`.
+    #[error(
+        "row {row}, column {col}: a space between letters (write a row's letters together, like RGB)"
+    )]
+    Space { row: usize, col: usize },
     #[error(transparent)]
     Size(#[from] SizeError),
 }
@@ -331,6 +336,13 @@ impl Puzzle {
 
 /// Reads row `r` (0-based) of a board of `size`: its packed bits, in place.
 pub(crate) fn read_row(size: Size, r: usize, row: &[u8]) -> Result<u32, BoardError> {
+    // Before the length: a space is not a letter to count.
+    if let Some(at) = row.iter().position(|&b| b == b' ' || b == b'\t') {
+        return Err(BoardError::Space {
+            row: r + 1,
+            col: char_count(&row[..at]) + 1,
+        });
+    }
     let letters = char_count(row);
     if letters != size.cols() {
         return Err(BoardError::RowLength {

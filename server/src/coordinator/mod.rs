@@ -1102,7 +1102,7 @@ impl Workers for WorkersService {
             );
         };
         if register.protocol_version != PROTOCOL_VERSION {
-            tracing::warn!(peer = ?peer.map(|p| p.to_string()), name = %register.name, version = register.protocol_version, "worker refused: protocol version mismatch");
+            tracing::warn!(peer = %crate::telemetry::addr(peer), name = %register.name, version = register.protocol_version, "worker refused: protocol version mismatch");
             return Err(ServerError::VersionMismatch {
                 worker: register.protocol_version,
                 coordinator: PROTOCOL_VERSION,
@@ -1144,10 +1144,10 @@ impl Workers for WorkersService {
             );
         if let Err(e) = registered {
             shared.links.remove(&worker);
-            tracing::warn!(peer = ?peer.map(|p| p.to_string()), %name, error = %e, "worker refused");
+            tracing::warn!(peer = %crate::telemetry::addr(peer), %name, error = %e, "worker refused");
             return Err(ServerError::from(e).into());
         }
-        tracing::info!(peer = ?peer.map(|p| p.to_string()), %name, slots = register.slots, worker, "worker joined");
+        tracing::info!(peer = %crate::telemetry::addr(peer), %name, slots = register.slots, worker, "worker joined");
         tokio::spawn(session_loop(shared, worker, inbound, stop));
         Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
     }

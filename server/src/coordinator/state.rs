@@ -955,8 +955,11 @@ impl State {
             task_result::Outcome::Error(message) => {
                 // A worker's failure is not the puzzle's: try elsewhere, up
                 // to the attempt limit.
-                let name = self.workers.get(&worker).map(|w| w.name.clone());
-                tracing::warn!(worker = ?name, puzzle = %task.id, message = %truncate(&message, 200), "worker failed a puzzle");
+                let name = self
+                    .workers
+                    .get(&worker)
+                    .map_or_else(|| "unknown".to_string(), |w| w.name.clone());
+                tracing::warn!(worker = %name, puzzle = %task.id, message = %truncate(&message, 200), "worker failed a puzzle");
                 self.requeue(task_id, true, effects);
             }
             task_result::Outcome::Solved(s) => {

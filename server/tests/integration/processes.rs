@@ -199,4 +199,70 @@ async fn sighup_rereads_the_client_tokens_file() {
     }
     assert!(solve("tok-a").await);
     std::fs::remove_dir_all(&dir).unwrap();
+
+#[test]
+fn logs_print_plain_addresses() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut child = Proc(
+        Command::new(BIN)
+            .args([
+                "coordinator",
+                "--listen",
+                "127.0.0.1:0",
+                "--http",
+                "127.0.0.1:0",
+            ])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = child.0.stdout.take().unwrap();
+    let url = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| l.strip_prefix("listening ").map(|a| format!("http://{a}")))
+        .expect("a listening line");
+    let _worker = worker(&url, "logged", &[]);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = child.0.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut lines = Vec::new();
+    let deadline = std::time::Instant::now() + procs::WAIT;
+    while !lines.iter().any(|l: &String| l.contains("worker joined")) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = rx
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("no worker joined line in {lines:#?}"));
+        lines.push(line);
+    }
+    let http = lines
+        .iter()
+        .find(|l| l.contains("http endpoint listening"))
+        .unwrap_or_else(|| panic!("{lines:#?}"));
+    assert!(http.contains(" addr=127.0.0.1:"), "{http}");
+    let joined = lines.iter().find(|l| l.contains("worker joined")).unwrap();
+    assert!(joined.contains(" peer=127.0.0.1:"), "{joined}");
+    for line in &lines {
+        assert!(!line.contains("Some("), "{line}");
+    }
+}
+
+#[test]
+fn the_worker_lists_its_strategies_in_help() {
+    let out = std::process::Command::new(BIN)
+        .args(["worker", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        help.contains("[default: auto] [possible values: auto, bidir, idastar, table]"),
+        "{help}"
+    );
 }

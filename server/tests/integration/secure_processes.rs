@@ -229,3 +229,47 @@ fn bad_files_and_empty_tokens_are_named() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_lose_surrounding_whitespace_wherever_they_come_from() {
+    // As `export COLBALL_CLIENT_TOKEN="$(cat file; echo)"` or a Secret with
+    // a final newline would set them.
+    let (_coordinator, port) = coordinator(
+        &[],
+        &[
+            ("COLBALL_CLIENT_TOKEN", "c-token\n"),
+            ("COLBALL_WORKER_TOKEN", " w-token\r\n"),
+        ],
+    );
+    let url = format!("http://127.0.0.1:{port}");
+    let _worker = worker(&url, &[], &[("COLBALL_WORKER_TOKEN", "w-token\n")]);
+    let _flagged = worker(&url, &["--token", "\tw-token "], &[]);
+    for token in ["c-token", "c-token\n"] {
+        let security = Security {
+            token: Some(Secret::new(token, "test").unwrap()),
+            tls: None,
+            ca_file: None,
+        };
+        let mut client = Client::connect_with(&url, &security).await.unwrap();
+        solves(&mut client, 32, 30).await;
+    }
+    // Whitespace inside a token is still refused, and only whitespace is
+    // an empty token.
+    for (value, expect) in [
+        ("c token", "cannot travel in gRPC metadata"),
+        (" \n", "is empty"),
+    ] {
+        let mut child = Proc(
+            server()
+                .args(["coordinator", "--listen", "127.0.0.1:0"])
+                .env("COLBALL_CLIENT_TOKEN", value)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let (status, stderr) = child.finish();
+        assert!(!status.success(), "{value:?}");
+        assert!(stderr.contains(expect), "{value:?}: {stderr}");
+    }
+}

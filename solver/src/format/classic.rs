@@ -3,7 +3,9 @@
 //! Input: cases of a line `N M`, `N` rows of the start board and `N` rows of
 //! the target board; a line whose first number is `0` ends the input, and so
 //! does the end of the file. Blank lines, spaces around numbers and rows,
-//! and CRLF line ends are tolerated. Output: one integer per case.
+//! CRLF line ends and a UTF-8 byte-order mark at the start are tolerated;
+//! a space between a row's letters is an error naming its column. Output:
+//! one integer per case.
 
 use thiserror::Error;
 
@@ -48,6 +50,10 @@ pub enum ParseErrorKind {
     BadHeader { case: usize, found: String },
     #[error("case {case}: {error}")]
     Size { case: usize, error: SizeError },
+    #[error(
+        "case {case}: {found} in the size line is not a board size (rows and columns are 2 to 4)"
+    )]
+    TooLarge { case: usize, found: String },
     #[error("case {case}, {which} board, {error}")]
     Row {
         case: usize,
@@ -110,16 +116,29 @@ impl<'a> Cases<'a> {
             case,
             found: excerpt(header),
         };
-        let mut tokens = header
+        let tokens: Vec<&[u8]> = header
             .split(u8::is_ascii_whitespace)
-            .filter(|t| !t.is_empty());
-        let Some(rows) = tokens.next().and_then(parse_number) else {
+            .filter(|t| !t.is_empty())
+            .collect();
+        // A run of digits too long for a number is a size, just not one a
+        // board can have.
+        let too_large = tokens
+            .iter()
+            .take(2)
+            .find(|t| t.iter().all(u8::is_ascii_digit) && parse_number(t).is_none());
+        if let Some(t) = too_large {
+            return err(ParseErrorKind::TooLarge {
+                case,
+                found: excerpt(t),
+            });
+        }
+        let Some(rows) = tokens.first().and_then(|t| parse_number(t)) else {
             return err(bad_header());
         };
         if rows == 0 {
             return None;
         }
-        let (Some(cols), None) = (tokens.next().and_then(parse_number), tokens.next()) else {
+        let (Some(cols), 2) = (tokens.get(1).and_then(|t| parse_number(t)), tokens.len()) else {
             return err(bad_header());
         };
         let size = match Size::new(rows, cols) {
@@ -247,6 +266,46 @@ mod tests {
         assert_eq!(cases.len(), 1);
         assert!(parse(b"0\n").unwrap().is_empty());
         assert!(parse(b"").unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_skipped() {
+        let with_bom = [b"\xEF\xBB\xBF".as_slice(), SAMPLE.as_bytes()].concat();
+        assert_eq!(parse(&with_bom).unwrap(), parse(SAMPLE.as_bytes()).unwrap());
+    }
+
+    #[test]
+    fn a_huge_size_is_not_a_board_size() {
+        let (line, k) = kind("\n99999999999999999999 2\n");
+        assert_eq!(line, 2);
+        assert_eq!(
+            k.to_string(),
+            "case 1: 99999999999999999999 in the size line is not a board size (rows and columns are 2 to 4)"
+        );
+        let (_, k) = kind("2 123456789012345678901234567890\n");
+        assert!(
+            k.to_string()
+                .starts_with("case 1: 123456789012345678901234567890 in"),
+            "{k}"
+        );
+        let (_, k) = kind("200 2\n");
+        assert!(k.to_string().contains("size 200x2 is out of range"), "{k}");
+    }
+
+    #[test]
+    fn a_space_between_letters_is_named_by_its_column() {
+        let (line, k) = kind("2 2\nB B\n");
+        assert_eq!(line, 2);
+        assert_eq!(
+            k.to_string(),
+            "case 1, start board, row 1, column 2: a space between letters (write a row's letters together, like RGB)"
+        );
+        let (_, k) = kind("3 3\nRRR\nBBB\nRBR\nRB\tR\n");
+        assert!(
+            k.to_string()
+                .contains("target board, row 1, column 3: a space"),
+            "{k}"
+        );
     }
 
     #[test]

@@ -3,12 +3,17 @@
 //! Input line: `{"id": "a1", "start": ["RGB", ...], "target": [...]}`. The
 //! `id` is optional (a string or an integer; it defaults to the case number,
 //! counting non-blank lines from 1); the board size follows from the rows.
-//! Unknown fields are ignored. Blank lines are skipped.
+//! Unknown fields are ignored. Blank lines are skipped, and so is a UTF-8
+//! byte-order mark at the start. A non-empty id may appear only once: a
+//! repeat is an error for its line (field `id`), as in a gRPC batch.
 //!
 //! Output line: [`SolvedRecord`] for a solved case, [`ErrorRecord`] for a line
 //! that could not be read. A bad line never stops the other lines.
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use thiserror::Error;
 
 use super::{excerpt, numbered_lines};
@@ -33,54 +38,116 @@ pub struct LineError {
     pub message: String,
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Id {
-    Text(String),
-    Number(i64),
-}
-
-#[derive(Deserialize)]
-struct Input {
-    id: Option<Id>,
-    start: Vec<String>,
-    target: Vec<String>,
-}
-
 /// Reads every non-blank line; each is a case or an error for that line.
+/// A non-empty id that an earlier line already has (given, or defaulted
+/// to its case number) makes its line an error naming field `id`.
 pub fn parse(input: &[u8]) -> Vec<Result<JsonCase, LineError>> {
+    let mut seen: HashMap<String, usize> = HashMap::new();
     numbered_lines(input)
         .filter(|(_, text)| !text.trim_ascii().is_empty())
         .enumerate()
-        .map(|(i, (line, text))| parse_line(line, i + 1, text))
+        .map(|(i, (line, text))| {
+            let case = parse_line(line, i + 1, text)?;
+            if case.id.is_empty() {
+                return Ok(case);
+            }
+            if let Some(&first) = seen.get(&case.id) {
+                return Err(LineError {
+                    line,
+                    id: Some(case.id.clone()),
+                    message: format!(
+                        "field id: {:?} is the id of line {first} already (ids must be unique within a file)",
+                        case.id
+                    ),
+                });
+            }
+            seen.insert(case.id.clone(), line);
+            Ok(case)
+        })
+        .collect()
+}
+
+/// What a JSON value is, for messages.
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// A board field: a list of strings, one per row.
+fn rows<'v>(field: &str, value: Option<&'v Value>) -> Result<Vec<&'v str>, String> {
+    let expected = "expected a list of rows of letters, like [\"RGB\", \"BBR\"]";
+    let list = match value {
+        None => return Err(format!("field {field}: missing ({expected})")),
+        Some(Value::Array(list)) => list,
+        Some(other) => return Err(format!("field {field}: {expected}, found {}", kind(other))),
+    };
+    list.iter()
+        .enumerate()
+        .map(|(i, row)| {
+            row.as_str().ok_or_else(|| {
+                format!(
+                    "field {field}: row {} is {}, not a string of letters",
+                    i + 1,
+                    kind(row)
+                )
+            })
+        })
         .collect()
 }
 
 /// Reads one line; `case` is its 1-based case number, the default id.
 pub fn parse_line(line: usize, case: usize, text: &[u8]) -> Result<JsonCase, LineError> {
     let fail = |id: Option<String>, message: String| LineError { line, id, message };
-    let input: Input = serde_json::from_slice(text).map_err(|e| {
+    let value: Value = serde_json::from_slice(text).map_err(|e| {
         let what = e.to_string();
         let what = what.split(" at line ").next().unwrap_or(&what).to_string();
         fail(
             None,
             format!(
-                "not a puzzle object: {what} (column {}) in {:?}",
+                "not valid JSON: {what} at column {} in {:?}",
                 e.column(),
                 excerpt(text)
             ),
         )
     })?;
-    let id = match input.id {
-        Some(Id::Text(s)) => s,
-        Some(Id::Number(n)) => n.to_string(),
-        None => case.to_string(),
+    let Value::Object(fields) = value else {
+        return Err(fail(
+            None,
+            format!(
+                "expected a puzzle object like {{\"id\": \"p1\", \"start\": [...], \"target\": [...]}}, found {}",
+                kind(&value)
+            ),
+        ));
     };
-    let start = Board::parse_rows(&input.start)
-        .map_err(|e| fail(Some(id.clone()), format!("field start: {e}")))?;
-    let target = Board::parse_rows(&input.target)
+    let id = match fields.get("id") {
+        None | Some(Value::Null) => case.to_string(),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
+        Some(other) => {
+            let found = match other {
+                Value::Number(n) => format!("the number {n}"),
+                other => kind(other).to_string(),
+            };
+            return Err(fail(
+                None,
+                format!("field id: expected a string or a whole number, found {found}"),
+            ));
+        }
+    };
+    let board = |field: &str| {
+        let rows = rows(field, fields.get(field)).map_err(|m| fail(Some(id.clone()), m))?;
+        Board::parse_rows(&rows).map_err(|e| fail(Some(id.clone()), format!("field {field}: {e}")))
+    };
+    let start = board("start")?;
+    let target = board("target")?;
+    let puzzle = Puzzle::new(start, target)
         .map_err(|e| fail(Some(id.clone()), format!("field target: {e}")))?;
-    let puzzle = Puzzle::new(start, target).map_err(|e| fail(Some(id.clone()), e.to_string()))?;
     Ok(JsonCase { line, id, puzzle })
 }
 
@@ -171,10 +238,9 @@ not json
             "field start: row 2 has 1 letters, expected 2"
         );
         assert_eq!(errs[1].line, 3);
-        assert!(
-            errs[1].message.starts_with("not a puzzle object"),
-            "{}",
-            errs[1].message
+        assert_eq!(
+            errs[1].message,
+            "not valid JSON: expected ident at column 2 in \"not json\""
         );
         assert!(errs[2].message.contains("same size"), "{}", errs[2].message);
         assert!(
@@ -182,11 +248,89 @@ not json
             "{}",
             errs[3].message
         );
-        assert!(
-            errs[4].message.contains("missing field `target`"),
-            "{}",
-            errs[4].message
+        assert_eq!(
+            errs[4].message,
+            "field target: missing (expected a list of rows of letters, like [\"RGB\", \"BBR\"])"
         );
+    }
+
+    /// The message of the only line of `text`.
+    fn message(text: &str) -> String {
+        match &parse(text.as_bytes())[..] {
+            [Err(e)] => e.message.clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn messages_name_the_field_in_plain_words() {
+        let ok = r#""start": ["RG", "BB"], "target": ["GR", "BB"]"#;
+        assert_eq!(
+            message(&format!(r#"{{"id": 1.5, {ok}}}"#)),
+            "field id: expected a string or a whole number, found the number 1.5"
+        );
+        assert_eq!(
+            message(&format!(r#"{{"id": ["a"], {ok}}}"#)),
+            "field id: expected a string or a whole number, found a list"
+        );
+        assert_eq!(
+            message(r#"{"start": "RG", "target": ["GR", "BB"]}"#),
+            "field start: expected a list of rows of letters, like [\"RGB\", \"BBR\"], found a string"
+        );
+        assert_eq!(
+            message(r#"{"start": ["RG", 5], "target": ["GR", "BB"]}"#),
+            "field start: row 2 is a number, not a string of letters"
+        );
+        assert_eq!(
+            message(r#"["RG", "BB"]"#),
+            "expected a puzzle object like {\"id\": \"p1\", \"start\": [...], \"target\": [...]}, found a list"
+        );
+        assert_eq!(
+            message(r#"{"start": ["R G", "BB"], "target": ["GR", "BB"]}"#),
+            "field start: row 1, column 2: a space between letters (write a row's letters together, like RGB)"
+        );
+        for m in [
+            message(&format!(r#"{{"id": 1.5, {ok}}}"#)),
+            message(r#"{"start": 3}"#),
+        ] {
+            assert!(!m.contains("variant") && !m.contains("struct"), "{m}");
+        }
+        // Large whole numbers are ids too; null is no id.
+        let big = format!(r#"{{"id": 18446744073709551615, {ok}}}"#);
+        assert_eq!(
+            parse(big.as_bytes())[0].as_ref().unwrap().id,
+            "18446744073709551615"
+        );
+        let null = format!(r#"{{"id": null, {ok}}}"#);
+        assert_eq!(parse(null.as_bytes())[0].as_ref().unwrap().id, "1");
+    }
+
+    #[test]
+    fn a_repeated_id_is_an_error_for_the_later_line() {
+        let ok = r#""start": ["RG", "BB"], "target": ["GR", "BB"]"#;
+        let input = format!(
+            "{{\"id\": \"a\", {ok}}}\n{{{ok}}}\n{{\"id\": \"a\", {ok}}}\n{{\"id\": 2, {ok}}}\n\
+             {{\"id\": \"\", {ok}}}\n{{\"id\": \"\", {ok}}}\n"
+        );
+        let out = parse(input.as_bytes());
+        assert_eq!(out.len(), 6);
+        assert!(out[0].is_ok() && out[1].is_ok());
+        let e = out[2].as_ref().unwrap_err();
+        assert_eq!((e.line, e.id.as_deref()), (3, Some("a")));
+        assert_eq!(
+            e.message,
+            "field id: \"a\" is the id of line 1 already (ids must be unique within a file)"
+        );
+        // Line 2 has no id: its id is its case number, 2.
+        let e = out[3].as_ref().unwrap_err();
+        assert!(e.message.contains("is the id of line 2 already"), "{e}");
+        assert!(out[4].is_ok() && out[5].is_ok(), "empty ids may repeat");
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_skipped() {
+        let input = b"\xEF\xBB\xBF{\"start\": [\"RG\", \"BB\"], \"target\": [\"GR\", \"BB\"]}\n";
+        assert_eq!(parse(input)[0].as_ref().unwrap().line, 1);
     }
 
     #[test]

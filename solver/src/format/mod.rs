@@ -13,15 +13,25 @@ pub enum Format {
 impl Format {
     /// JSON Lines when the first non-blank byte opens an object, else classic.
     pub fn detect(input: &[u8]) -> Format {
-        match input.iter().find(|b| !b.is_ascii_whitespace()) {
+        match strip_bom(input).iter().find(|b| !b.is_ascii_whitespace()) {
             Some(b'{') => Format::Jsonl,
             _ => Format::Classic,
         }
     }
 }
 
-/// Splits input into lines numbered from 1, dropping `\n` and a `\r` before it.
+/// The UTF-8 byte-order mark some editors write at the start of a file.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// `input` without a leading UTF-8 byte-order mark.
+pub fn strip_bom(input: &[u8]) -> &[u8] {
+    input.strip_prefix(BOM).unwrap_or(input)
+}
+
+/// Splits input into lines numbered from 1, dropping `\n` and a `\r` before
+/// it, and a byte-order mark at the start.
 pub(crate) fn numbered_lines(input: &[u8]) -> impl Iterator<Item = (usize, &[u8])> {
+    let input = strip_bom(input);
     let body = input.strip_suffix(b"\n").unwrap_or(input);
     let mut lines = body.split(|&b| b == b'\n').enumerate();
     if input.is_empty() {
@@ -52,6 +62,9 @@ mod tests {
         assert_eq!(lines, vec![(1, &b"a"[..]), (2, b"b"), (3, b""), (4, b"c")]);
         assert_eq!(numbered_lines(b"a\n").count(), 1);
         assert_eq!(numbered_lines(b"").count(), 0);
+        let bom: Vec<_> = numbered_lines(b"\xEF\xBB\xBF2 2\nRR").collect();
+        assert_eq!(bom, vec![(1, &b"2 2"[..]), (2, b"RR")]);
+        assert_eq!(numbered_lines(b"\xEF\xBB\xBF").count(), 0);
     }
 
     #[test]
@@ -59,5 +72,6 @@ mod tests {
         assert_eq!(Format::detect(b"\n  {\"start\":[]}"), Format::Jsonl);
         assert_eq!(Format::detect(b"2 2\nRR"), Format::Classic);
         assert_eq!(Format::detect(b""), Format::Classic);
+        assert_eq!(Format::detect(b"\xEF\xBB\xBF{\"start\":[]}"), Format::Jsonl);
     }
 }
