@@ -199,6 +199,7 @@ async fn sighup_rereads_the_client_tokens_file() {
     }
     assert!(solve("tok-a").await);
     std::fs::remove_dir_all(&dir).unwrap();
+}
 
 #[test]
 fn logs_print_plain_addresses() {
