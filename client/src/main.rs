@@ -149,12 +149,14 @@ struct SecurityArgs {
         requires = "connect"
     )]
     token_file: Option<PathBuf>,
-    /// Trust this CA certificate (PEM) for an https:// --connect URL.
+    /// Also trust this private CA certificate (PEM) for an https://
+    /// --connect URL; the public certificate authorities are trusted
+    /// without it.
     #[arg(long, value_name = "FILE", requires = "connect")]
     ca: Option<PathBuf>,
     /// The name to check in the coordinator's certificate instead of the
     /// URL's host.
-    #[arg(long, value_name = "NAME", requires = "ca")]
+    #[arg(long, value_name = "NAME", requires = "connect")]
     tls_domain: Option<String>,
 }
 
@@ -165,12 +167,13 @@ impl SecurityArgs {
             self.token_file.as_deref(),
             "--token (or COLBALL_TOKEN)",
         )?;
-        let tls = match &self.ca {
-            Some(ca) => Some(colball_proto::tls::client_config(
-                ca,
+        let tls = if self.ca.is_some() || self.tls_domain.is_some() {
+            Some(colball_proto::tls::client_config(
+                self.ca.as_deref(),
                 self.tls_domain.as_deref(),
-            )?),
-            None => None,
+            )?)
+        } else {
+            None
         };
         Ok(remote::Security {
             token,

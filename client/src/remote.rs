@@ -43,27 +43,35 @@ pub const TOKEN_ENV: &str = "COLBALL_TOKEN";
 pub struct Security {
     /// The client token (the coordinator's `--client-token`).
     pub token: Option<Secret>,
-    /// TLS settings for an `https://` URL (the CA to trust).
+    /// TLS settings for an `https://` URL (a private CA to trust, a name
+    /// to check); without, an `https://` URL trusts the public
+    /// certificate authorities.
     pub tls: Option<ClientTlsConfig>,
     /// The CA file the TLS settings came from, named in errors.
     pub ca_file: Option<PathBuf>,
 }
 
-/// What went wrong talking to the cluster.
+/// What went wrong talking to the cluster. Each message is complete: no
+/// error here has a `source` (whose text the message already holds), so a
+/// chain printer (`{:#}` of anyhow) prints it once.
 #[derive(Debug, Error)]
 pub enum ClientError {
     #[error("bad cluster URL {url:?}: {reason}")]
     BadUrl { url: String, reason: String },
-    #[error("cannot connect to {url}: {}{}", colball_proto::tls::error_chain(.source), connect_hint(.url))]
+    #[error("cannot connect to {url}: {reason}{hint}")]
     Connect {
         url: String,
-        #[source]
-        source: tonic::transport::Error,
+        /// Why, from the transport error's chain.
+        reason: String,
+        /// What to try, or empty.
+        hint: &'static str,
+        /// The transport error itself (not a `source`: see above).
+        error: tonic::transport::Error,
     },
     #[error(transparent)]
     Tls(#[from] TlsError),
     #[error("{}", status_text(.0))]
-    Status(#[from] tonic::Status),
+    Status(tonic::Status),
     #[error("puzzle {id:?}: {message}")]
     Puzzle { id: String, message: String },
     #[error("the cluster sent a malformed result: {0}")]
@@ -87,7 +95,31 @@ pub enum ClientError {
     },
 }
 
+impl From<tonic::Status> for ClientError {
+    fn from(status: tonic::Status) -> ClientError {
+        ClientError::Status(status)
+    }
+}
+
 impl ClientError {
+    /// A failed connection to `url`; `private_ca` says whether a CA was
+    /// given with `--ca` (for the hint on an untrusted certificate).
+    fn connect(url: &str, error: tonic::transport::Error, private_ca: bool) -> ClientError {
+        let reason = colball_proto::tls::error_chain(&error);
+        let untrusted = reason.contains("invalid peer certificate");
+        let hint = if untrusted && !private_ca {
+            " (if the coordinator's certificate is signed by a private CA, pass that CA with --ca FILE)"
+        } else {
+            connect_hint(url)
+        };
+        ClientError::Connect {
+            url: url.to_string(),
+            reason,
+            hint,
+            error,
+        }
+    }
+
     /// Turns a status that means "the coordinator or the connection went
     /// away" into [`ClientError::ConnectionLost`]; other errors unchanged.
     fn lost_if_gone(self, url: &str, received: usize, total: usize) -> ClientError {
@@ -123,20 +155,33 @@ fn connection_gone(status: &tonic::Status) -> bool {
         || (status.code() == tonic::Code::Unavailable && status.message().contains("shutting down"))
 }
 
-/// The status's message and the transport failure beneath it, if any.
-fn status_reason(status: &tonic::Status) -> String {
-    use std::error::Error as _;
-    let mut reason = format!("{}: {}", status.code(), status.message());
-    let mut source = status.source();
-    while let Some(e) = source {
-        let text = e.to_string();
-        if !reason.contains(&text) {
-            reason.push_str(": ");
-            reason.push_str(&text);
+/// A status code as gRPC names it: `UNAVAILABLE`, `DEADLINE_EXCEEDED`.
+pub fn code_name(code: tonic::Code) -> String {
+    let mut name = String::new();
+    for (i, c) in format!("{code:?}").chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            name.push('_');
         }
+        name.push(c.to_ascii_uppercase());
+    }
+    name
+}
+
+/// The status's message and the transport failure beneath it, if any,
+/// each once.
+fn status_message(status: &tonic::Status) -> String {
+    let mut texts = vec![status.message().to_string()];
+    let mut source = std::error::Error::source(status);
+    while let Some(e) = source {
+        texts.push(e.to_string());
         source = e.source();
     }
-    reason
+    colball_proto::tls::join_reasons(texts)
+}
+
+/// The status's code and message and the transport failure beneath it.
+fn status_reason(status: &tonic::Status) -> String {
+    format!("{}: {}", code_name(status.code()), status_message(status))
 }
 
 /// One result from the cluster.
@@ -156,32 +201,32 @@ pub struct RemoteSolved {
     pub cached: bool,
 }
 
-/// A status for people: its code and message, and for a broken connection
-/// (which tonic reports as UNKNOWN "transport error", or CANCELLED) its
-/// cause and a hint.
+/// A status for people, one sentence: the code and message the
+/// coordinator sent (`the cluster answered UNAVAILABLE: no worker has
+/// joined ...`), or for a broken connection (which tonic reports as a
+/// status with the transport failure as its source) its cause and a hint.
 fn status_text(status: &tonic::Status) -> String {
-    let mut text = format!(
-        "the cluster answered {}: {}",
-        status.code(),
-        status.message()
-    );
-    // A status the coordinator sent has no source; one tonic made from a
-    // failed connection has.
-    if let Some(source) = std::error::Error::source(status) {
-        text = format!(
-            "the connection to the cluster failed ({}): {}: {} (check the URL; if the coordinator serves TLS, use an https:// URL and --ca)",
-            status.code(),
-            status.message(),
-            colball_proto::tls::error_chain(source)
-        );
+    if std::error::Error::source(status).is_some() {
+        format!(
+            "the connection to the cluster failed: {} (check the URL; if the coordinator serves TLS, use an https:// URL)",
+            status_message(status)
+        )
+    } else {
+        format!(
+            "the cluster answered {}: {}",
+            code_name(status.code()),
+            status.message()
+        )
     }
-    text
 }
 
 /// A hint for a failed plaintext connection: the coordinator may serve TLS.
 fn connect_hint(url: &str) -> &'static str {
-    if url.starts_with("http://") {
-        " (if the coordinator serves TLS, use an https:// URL and --ca)"
+    if url
+        .get(..7)
+        .is_some_and(|s| s.eq_ignore_ascii_case("http://"))
+    {
+        " (if the coordinator serves TLS, use an https:// URL)"
     } else {
         ""
     }
@@ -190,6 +235,7 @@ fn connect_hint(url: &str) -> &'static str {
 /// One HTTP/2 connection to the coordinator at `url` with `security`'s TLS
 /// settings (the token is added per call, by [`Bearer`]).
 pub async fn channel(url: &str, security: &Security) -> Result<Channel, ClientError> {
+    colball_proto::tls::check_url(url)?;
     let endpoint = Endpoint::from_shared(url.to_string())
         .map_err(|e| ClientError::BadUrl {
             url: url.to_string(),
@@ -215,10 +261,7 @@ pub async fn channel(url: &str, security: &Security) -> Result<Channel, ClientEr
     let channel = endpoint
         .connect()
         .await
-        .map_err(|source| ClientError::Connect {
-            url: url.to_string(),
-            source,
-        })?;
+        .map_err(|e| ClientError::connect(url, e, security.ca_file.is_some()))?;
     Ok(channel)
 }
 
@@ -546,6 +589,23 @@ mod tests {
     use colball_proto::prost::Message;
     use colball_solver::Size;
     use colball_solver::generate::Generator;
+
+    #[test]
+    fn codes_are_named_as_grpc_names_them() {
+        assert_eq!(code_name(tonic::Code::Unavailable), "UNAVAILABLE");
+        assert_eq!(
+            code_name(tonic::Code::DeadlineExceeded),
+            "DEADLINE_EXCEEDED"
+        );
+        assert_eq!(code_name(tonic::Code::Ok), "OK");
+        let status = tonic::Status::unavailable("no worker has joined the cluster");
+        let e = ClientError::from(status);
+        assert_eq!(
+            e.to_string(),
+            "the cluster answered UNAVAILABLE: no worker has joined the cluster"
+        );
+        assert!(std::error::Error::source(&e).is_none(), "printed once");
+    }
 
     #[test]
     fn a_request_chunk_of_the_largest_puzzles_fits_the_message_limit() {

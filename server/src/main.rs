@@ -155,7 +155,7 @@ struct CoordinatorArgs {
     #[arg(long, value_name = "FILE", conflicts_with = "worker_token")]
     worker_token_file: Option<PathBuf>,
     /// Serve gRPC over TLS with this certificate chain (PEM); needs
-    /// --tls-key. Clients and workers then dial https:// with --ca.
+    /// --tls-key. Clients and workers then dial https:// (with --ca for a private CA).
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
     /// The private key of --tls-cert (PEM).
@@ -178,12 +178,14 @@ struct WorkerSecurity {
     /// Read the worker token from a file (surrounding whitespace is dropped).
     #[arg(long, value_name = "FILE", conflicts_with = "token")]
     token_file: Option<PathBuf>,
-    /// Trust this CA certificate (PEM) for an https:// coordinator URL.
+    /// Also trust this private CA certificate (PEM) for an https://
+    /// coordinator URL; the public certificate authorities are trusted
+    /// without it.
     #[arg(long, value_name = "FILE")]
     ca: Option<PathBuf>,
     /// The name to check in the coordinator's certificate instead of the
     /// URL's host.
-    #[arg(long, value_name = "NAME", requires = "ca")]
+    #[arg(long, value_name = "NAME")]
     tls_domain: Option<String>,
 }
 
@@ -368,9 +370,9 @@ async fn run_worker(args: WorkerArgs) -> anyhow::Result<()> {
         security.token_file.as_deref(),
         "--token (or COLBALL_WORKER_TOKEN)",
     )?;
-    if let Some(ca) = &security.ca {
+    if security.ca.is_some() || security.tls_domain.is_some() {
         config.tls = Some(colball_proto::tls::client_config(
-            ca,
+            security.ca.as_deref(),
             security.tls_domain.as_deref(),
         )?);
     }

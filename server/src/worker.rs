@@ -275,6 +275,8 @@ fn solve_guarded(
 
 /// Runs the worker until `shutdown` (then drains) or a refusal.
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), WorkerError> {
+    // Not http:// or https://: final, before anything is dialled.
+    colball_proto::tls::check_url(&config.coordinator)?;
     let endpoint =
         Endpoint::from_shared(config.coordinator.clone()).map_err(|e| WorkerError::BadUrl {
             url: config.coordinator.clone(),

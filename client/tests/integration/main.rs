@@ -15,6 +15,7 @@ mod proxy;
 
 mod cli;
 mod connect;
+mod errors;
 mod grade;
 mod jobs;
 mod lost;

@@ -102,7 +102,7 @@ async fn solve_over_tls_with_a_token() {
     for (i, expect) in [
         (2, "requires a client token"),
         (3, "client token is wrong"),
-        (4, "no CA is given"),
+        (4, "pass that CA with --ca FILE"),
         (5, "junk.pem"),
         (6, "https://"),
         (7, "cannot connect"),

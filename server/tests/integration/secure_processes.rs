@@ -197,12 +197,16 @@ fn bad_files_and_empty_tokens_are_named() {
             "nothing-here",
         ),
         (
+            vec!["worker".into(), "--coordinator".into(), "ftp://x".into()],
+            "bad coordinator URL \"ftp://x\": the scheme must be http:// or https://, not ftp://",
+        ),
+        (
             vec![
                 "worker".into(),
                 "--coordinator".into(),
-                "https://127.0.0.1:1".into(),
+                "127.0.0.1:1".into(),
             ],
-            "--ca",
+            "no scheme: write http://127.0.0.1:1",
         ),
         (
             vec!["worker".into(), "--ca".into(), path("junk.pem")],
