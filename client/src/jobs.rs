@@ -107,24 +107,12 @@ impl Jobs {
     }
 }
 
-/// A job's state in words.
-pub fn state_name(state: i32) -> &'static str {
-    match v1::JobState::try_from(state) {
-        Ok(v1::JobState::Queued) => "queued",
-        Ok(v1::JobState::Running) => "running",
-        Ok(v1::JobState::Done) => "done",
-        Ok(v1::JobState::Cancelled) => "cancelled",
-        Ok(v1::JobState::Failed) => "failed",
-        _ => "unknown",
-    }
-}
-
 /// A job as one line for people.
 pub fn job_line(job: &v1::Job) -> String {
     let mut line = format!(
         "{} {} {} puzzles: {} solved, {} errors, {} remaining",
         job.id,
-        state_name(job.state),
+        job.state_name(),
         job.puzzles,
         job.solved,
         job.errors,
@@ -144,7 +132,7 @@ pub fn job_json(job: &v1::Job) -> serde_json::Value {
     serde_json::json!({
         "id": job.id,
         "name": job.name,
-        "state": state_name(job.state),
+        "state": job.state_name(),
         "puzzles": job.puzzles,
         "solved": job.solved,
         "errors": job.errors,

@@ -175,6 +175,21 @@ pub fn puzzle_to_wire(id: impl Into<String>, puzzle: &Puzzle) -> v1::Puzzle {
     }
 }
 
+impl v1::Job {
+    /// The job's state in words (`queued`, `running`, `done`, `cancelled`,
+    /// `failed`).
+    pub fn state_name(&self) -> &'static str {
+        match v1::JobState::try_from(self.state) {
+            Ok(v1::JobState::Queued) => "queued",
+            Ok(v1::JobState::Running) => "running",
+            Ok(v1::JobState::Done) => "done",
+            Ok(v1::JobState::Cancelled) => "cancelled",
+            Ok(v1::JobState::Failed) => "failed",
+            _ => "unknown",
+        }
+    }
+}
+
 impl v1::PuzzleResult {
     /// An error result for a puzzle that could not be read.
     pub fn invalid(index: u64, e: &InvalidPuzzle) -> v1::PuzzleResult {

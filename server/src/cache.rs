@@ -20,6 +20,25 @@ pub struct Answer {
     pub worker: String,
 }
 
+impl Answer {
+    /// The result a client gets for a puzzle answered from the cache.
+    pub fn to_result(self, id: String, index: u64) -> colball_proto::v1::PuzzleResult {
+        use colball_proto::v1;
+        v1::PuzzleResult {
+            id,
+            index,
+            outcome: Some(v1::puzzle_result::Outcome::Solved(v1::Solved {
+                moves: self.moves,
+                solution: self.solution,
+                strategy: self.strategy,
+                worker: self.worker,
+                time_us: 0,
+                cached: true,
+            })),
+        }
+    }
+}
+
 /// Puzzle -> answer, holding at most `capacity` entries.
 #[derive(Debug)]
 pub struct ResultCache {

@@ -83,14 +83,7 @@ fn caller(shared: &Shared, headers: &HeaderMap, peer: SocketAddr) -> Result<Stri
 
 fn job_json(row: &JobRow) -> serde_json::Value {
     let job = row.to_wire();
-    let state = match v1::JobState::try_from(job.state) {
-        Ok(v1::JobState::Queued) => "queued",
-        Ok(v1::JobState::Running) => "running",
-        Ok(v1::JobState::Done) => "done",
-        Ok(v1::JobState::Cancelled) => "cancelled",
-        Ok(v1::JobState::Failed) => "failed",
-        _ => "unknown",
-    };
+    let state = job.state_name();
     json!({
         "id": job.id, "name": job.name, "state": state, "puzzles": job.puzzles,
         "solved": job.solved, "errors": job.errors, "remaining": job.remaining,

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use colball_proto::puzzle_from_wire;
 use colball_proto::v1::jobs_server::Jobs;
-use colball_proto::v1::{self, puzzle_result, submit_request};
+use colball_proto::v1::{self, submit_request};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
@@ -246,21 +246,7 @@ async fn run_window(
     for t in tasks {
         match shared.cache.get(&t.puzzle) {
             Some(a) => {
-                let _ = shared.writer.send((
-                    job,
-                    v1::PuzzleResult {
-                        id: t.id,
-                        index: t.index,
-                        outcome: Some(puzzle_result::Outcome::Solved(v1::Solved {
-                            moves: a.moves,
-                            solution: a.solution,
-                            strategy: a.strategy,
-                            worker: a.worker,
-                            time_us: 0,
-                            cached: true,
-                        })),
-                    },
-                ));
+                let _ = shared.writer.send((job, a.to_result(t.id, t.index)));
             }
             None => to_solve.push(t),
         }

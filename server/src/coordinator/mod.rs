@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use colball_proto::v1::solver_server::{Solver, SolverServer};
 use colball_proto::v1::workers_server::{Workers, WorkersServer};
-use colball_proto::v1::{self, coordinator_message, puzzle_result, worker_message};
+use colball_proto::v1::{self, coordinator_message, worker_message};
 use colball_proto::{
     MAX_MESSAGE_BYTES, PROTOCOL_VERSION, Secret, batch_from_wire, puzzle_from_wire,
 };
@@ -762,18 +762,7 @@ impl SolverService {
             match parsed {
                 Err(e) => ready.push(v1::PuzzleResult::invalid(index, &e)),
                 Ok(puzzle) => match shared.cache.get(&puzzle) {
-                    Some(a) => ready.push(v1::PuzzleResult {
-                        id: wire.id,
-                        index,
-                        outcome: Some(puzzle_result::Outcome::Solved(v1::Solved {
-                            moves: a.moves,
-                            solution: a.solution,
-                            strategy: a.strategy,
-                            worker: a.worker,
-                            time_us: 0,
-                            cached: true,
-                        })),
-                    }),
+                    Some(a) => ready.push(a.to_result(wire.id, index)),
                     None => tasks.push(NewTask {
                         index,
                         id: wire.id,
