@@ -2,8 +2,9 @@
 //! timed test): `cargo bench -p colball-server --bench jobs`.
 //!
 //! An in-process cluster on loopback (coordinator and 1 worker of
-//! `THREADS` solver threads in this process), coordinator cache off. The
-//! same puzzles are solved as one `SolveBatch` and as one job (submit, then
+//! `THREADS` solver threads in this process), coordinator cache off.
+//! Batches of the same kind (fresh puzzles each time, so that no cache
+//! helps) are solved as `SolveBatch` requests and as one job (submit, then
 //! read every result, following), side by side, twice each:
 //! - `COUNT4` uniformly random 4x4 puzzles (default 2000);
 //! - `SMALL` puzzles of every size up to 12 cells (default 100000);
@@ -73,10 +74,12 @@ async fn via_job(url: &str, puzzles: &[(String, Puzzle)], keep: bool) -> f64 {
     rate
 }
 
-async fn compare(name: &str, url: &str, puzzles: &[(String, Puzzle)]) {
+/// Each measurement gets puzzles of its own (`make(seed)`): the workers'
+/// solver caches would answer a repeated set.
+async fn compare(name: &str, url: &str, make: impl Fn(u64) -> Vec<(String, Puzzle)>) {
     for round in 1..=2 {
-        let b = via_batch(url, puzzles).await;
-        let j = via_job(url, puzzles, false).await;
+        let b = via_batch(url, &make(10 * round)).await;
+        let j = via_job(url, &make(10 * round + 1), false).await;
         println!(
             "  {name:<28} run {round}: SolveBatch {b:>8.0}/s   job {j:>8.0}/s   job/batch {:>4.0}%",
             100.0 * j / b
@@ -101,17 +104,14 @@ async fn main() {
     println!(
         "colball jobs bench: coordinator + 1 worker x {threads} threads, loopback, store in memory\n"
     );
-    compare(
-        &format!("{count4} 4x4"),
-        &url,
-        &batch(1, Size::new(4, 4).unwrap(), count4),
-    )
+    let four = Size::new(4, 4).unwrap();
+    compare(&format!("{count4} 4x4"), &url, |seed| {
+        batch(seed, four, count4)
+    })
     .await;
-    compare(
-        &format!("{n_small} small (<= 12 cells)"),
-        &url,
-        &small(2, n_small),
-    )
+    compare(&format!("{n_small} small (<= 12 cells)"), &url, |seed| {
+        small(seed + 100, n_small)
+    })
     .await;
     cluster.shutdown().await;
 
