@@ -94,11 +94,7 @@ fn router(shared: Arc<Shared>, shutdown: CancellationToken) -> Router {
 /// configured) with 401 and the same message the gRPC API gives.
 async fn require_token(State(app): State<App>, request: Request, next: Next) -> Response {
     let check = crate::auth::check_clients(app.shared.tokens().clone());
-    let header = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix(crate::auth::SCHEME));
+    let header = bearer(request.headers());
     let query = request
         .uri()
         .query()
@@ -112,6 +108,14 @@ async fn require_token(State(app): State<App>, request: Request, next: Next) -> 
         )
             .into_response(),
     }
+}
+
+/// The bearer token an HTTP request carries (`Authorization: Bearer T`).
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix(crate::auth::SCHEME))
 }
 
 async fn dashboard() -> Html<&'static str> {

@@ -21,8 +21,9 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
 use colball_proto::puzzle_to_wire;
@@ -49,8 +50,6 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .with_state(shared)
 }
 
-type Peer = ConnectInfo<SocketAddr>;
-
 fn error(code: StatusCode, message: impl Into<String>) -> Response {
     (code, Json(json!({ "error": message.into() }))).into_response()
 }
@@ -67,17 +66,29 @@ fn from_status(status: tonic::Status) -> Response {
     error(code, status.message())
 }
 
-/// Who calls: the token's name, or the peer's address without tokens.
-fn caller(shared: &Shared, headers: &HeaderMap, peer: SocketAddr) -> Result<String, &'static str> {
-    let check = crate::auth::check_clients(shared.tokens().clone());
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix(crate::auth::SCHEME));
-    match check.verify(given) {
-        Ok(Some(name)) => Ok(name.to_string()),
-        Ok(None) => Ok(peer.ip().to_string()),
-        Err(message) => Err(message),
+/// Who calls: the name of the client token it sent, or its IP address
+/// without tokens (as `client_of` for gRPC calls). A missing or wrong
+/// token is refused with 401 before the handler runs.
+struct Caller(String);
+
+impl FromRequestParts<Arc<Shared>> for Caller {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        shared: &Arc<Shared>,
+    ) -> Result<Caller, Response> {
+        let check = crate::auth::check_clients(shared.tokens().clone());
+        match check.verify(crate::http::bearer(&parts.headers)) {
+            Ok(Some(name)) => Ok(Caller(name.to_string())),
+            Ok(None) => Ok(Caller(
+                parts
+                    .extensions
+                    .get::<ConnectInfo<SocketAddr>>()
+                    .map_or_else(|| "unknown".to_string(), |c| c.0.ip().to_string()),
+            )),
+            Err(message) => Err(error(StatusCode::UNAUTHORIZED, message)),
+        }
     }
 }
 
@@ -101,15 +112,10 @@ struct SubmitQuery {
 
 async fn submit(
     State(shared): State<Arc<Shared>>,
-    ConnectInfo(peer): Peer,
-    headers: HeaderMap,
+    Caller(client): Caller,
     Query(q): Query<SubmitQuery>,
     body: Bytes,
 ) -> Response {
-    let client = match caller(&shared, &headers, peer) {
-        Ok(c) => c,
-        Err(message) => return error(StatusCode::UNAUTHORIZED, message),
-    };
     let priority = match q.priority.as_deref() {
         None | Some("bulk") => v1::Priority::Bulk,
         Some("normal") => v1::Priority::Normal,
@@ -165,15 +171,7 @@ async fn submit(
     }
 }
 
-async fn list(
-    State(shared): State<Arc<Shared>>,
-    ConnectInfo(peer): Peer,
-    headers: HeaderMap,
-) -> Response {
-    let client = match caller(&shared, &headers, peer) {
-        Ok(c) => c,
-        Err(message) => return error(StatusCode::UNAUTHORIZED, message),
-    };
+async fn list(State(shared): State<Arc<Shared>>, Caller(client): Caller) -> Response {
     let store = shared.store().clone();
     match tokio::task::spawn_blocking(move || store.list(&client)).await {
         Ok(Ok(rows)) => Json(rows.iter().map(job_json).collect::<Vec<_>>()).into_response(),
@@ -184,14 +182,9 @@ async fn list(
 
 async fn one(
     State(shared): State<Arc<Shared>>,
-    ConnectInfo(peer): Peer,
-    headers: HeaderMap,
+    Caller(client): Caller,
     Path(id): Path<String>,
 ) -> Response {
-    let client = match caller(&shared, &headers, peer) {
-        Ok(c) => c,
-        Err(message) => return error(StatusCode::UNAUTHORIZED, message),
-    };
     match jobs::owned(&shared, &id, &client).await {
         Ok(row) => Json(job_json(&row)).into_response(),
         Err(status) => from_status(status),
@@ -200,14 +193,9 @@ async fn one(
 
 async fn remove(
     State(shared): State<Arc<Shared>>,
-    ConnectInfo(peer): Peer,
-    headers: HeaderMap,
+    Caller(client): Caller,
     Path(id): Path<String>,
 ) -> Response {
-    let client = match caller(&shared, &headers, peer) {
-        Ok(c) => c,
-        Err(message) => return error(StatusCode::UNAUTHORIZED, message),
-    };
     match jobs::delete_job(&shared, &id, &client).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(status) => from_status(status),
@@ -224,15 +212,10 @@ struct ResultsQuery {
 
 async fn results(
     State(shared): State<Arc<Shared>>,
-    ConnectInfo(peer): Peer,
-    headers: HeaderMap,
+    Caller(client): Caller,
     Path(id): Path<String>,
     Query(q): Query<ResultsQuery>,
 ) -> Response {
-    let client = match caller(&shared, &headers, peer) {
-        Ok(c) => c,
-        Err(message) => return error(StatusCode::UNAUTHORIZED, message),
-    };
     let row = match jobs::owned(&shared, &id, &client).await {
         Ok(row) => row,
         Err(status) => return from_status(status),

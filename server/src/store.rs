@@ -153,6 +153,8 @@ pub enum StoreError {
     Open { path: String, reason: String },
     #[error("the job store failed: {0}")]
     Sql(#[from] rusqlite::Error),
+    #[error("the job store's task failed: {0}")]
+    Task(String),
 }
 
 /// See the module documentation.

@@ -12,6 +12,7 @@
 //! `Results` streams only what is stored. After a restart, unfinished jobs
 //! are taken up again and only puzzles without a stored result are solved.
 
+use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,12 +58,9 @@ impl From<StoreError> for Status {
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, StoreError> {
-    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
-        Err(StoreError::Open {
-            path: "(store task)".into(),
-            reason: e.to_string(),
-        })
-    })
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(StoreError::Task(e.to_string())))
 }
 
 /// Writes results in groups until every sender is gone.
@@ -70,21 +68,23 @@ pub async fn writer(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<ToWrite
     let mut group = Vec::with_capacity(GROUP);
     while rx.recv_many(&mut group, GROUP).await > 0 {
         let batch = std::mem::take(&mut group);
+        // Results per job: one update of each job's count per group.
+        let mut counts: BTreeMap<i64, u64> = BTreeMap::new();
+        for (job, _) in &batch {
+            *counts.entry(*job).or_default() += 1;
+        }
         let store = shared.store.clone();
-        let counts: Vec<i64> = batch.iter().map(|(job, _)| *job).collect();
         match blocking(move || store.put_results(&batch)).await {
             Ok(_) => {
-                for job in counts {
+                for (job, n) in counts {
                     if let Some(run) = shared.runs.get(&job) {
-                        run.stored.send_modify(|n| *n += 1);
+                        run.stored.send_modify(|stored| *stored += n);
                     }
                 }
             }
             Err(e) => {
                 tracing::error!(error = %e, "results not stored; failing their jobs");
-                let mut jobs = counts;
-                jobs.dedup();
-                for job in jobs {
+                for job in counts.into_keys() {
                     fail(&shared, job, &format!("the job store failed: {e}")).await;
                 }
             }
@@ -366,6 +366,9 @@ pub fn results_of(
     tokio::spawn(async move {
         let seq = row.seq;
         let mut next = from;
+        // Set once the job has ended: what is stored is read to its end,
+        // a batch at a time, and the stream ends.
+        let mut ended = false;
         loop {
             let store = shared.store.clone();
             let from = next;
@@ -386,14 +389,14 @@ pub fn results_of(
             if got > 0 {
                 continue;
             }
-            if !follow || next >= row.puzzles {
+            if ended || !follow || next >= row.puzzles {
                 return;
             }
             // Wait for more to be stored (or the job to end).
             let stored = shared.runs.get(&seq).map(|r| r.stored.subscribe());
             let Some(mut stored) = stored else {
-                // Not running: finished, cancelled or failed. Anything
-                // stored is read above; a last look, then the end.
+                // Not running: finished, cancelled or failed (a last look
+                // at what is stored, then the end), or about to start.
                 let store = shared.store.clone();
                 let state = blocking(move || store.job(seq))
                     .await
@@ -403,22 +406,10 @@ pub fn results_of(
                 match state {
                     Some(s) if !s.finished() => {
                         tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
                     }
-                    _ => {
-                        let store = shared.store.clone();
-                        if let Ok(rest) =
-                            blocking(move || store.results(seq, next, usize::MAX >> 1)).await
-                        {
-                            for r in rest {
-                                if tx.send(Ok(r)).await.is_err() {
-                                    return;
-                                }
-                            }
-                        }
-                        return;
-                    }
+                    _ => ended = true,
                 }
+                continue;
             };
             stored.borrow_and_update();
             tokio::select! {

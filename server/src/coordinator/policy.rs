@@ -207,41 +207,6 @@ impl FairQueue {
         tasks
     }
 
-    /// Moves a queued task from one request to another (the request that
-    /// brought it was cancelled; another waits for the same puzzle).
-    /// Returns false when `task` was not queued under `from`.
-    pub fn reassign(&mut self, task: u64, from: u64, to: u64) -> bool {
-        let Some(q) = self.requests.get_mut(&from) else {
-            return false;
-        };
-        let found = if let Some(at) = q.tasks.iter().position(|&t| t == task) {
-            q.tasks.remove(at);
-            self.classes[q.priority as usize].len -= 1;
-            true
-        } else {
-            let class = &mut self.classes[q.priority as usize];
-            match class
-                .retries
-                .iter()
-                .position(|&(r, t)| r == from && t == task)
-            {
-                Some(at) => {
-                    class.retries.remove(at);
-                    class.len -= 1;
-                    true
-                }
-                None => false,
-            }
-        };
-        if q.tasks.is_empty() {
-            self.unlist(from);
-        }
-        if found {
-            self.push_retry(to, task);
-        }
-        found
-    }
-
     /// Whether [`Self::pop`] would return a task.
     pub fn has_eligible(&self) -> bool {
         self.classes
