@@ -23,7 +23,7 @@ use tokio_stream::StreamExt;
 
 mod common;
 
-use common::{batch, env};
+use common::{batch, count_all, env};
 
 /// Puzzles per second in-process: `threads` searches taking the next puzzle.
 fn in_process(puzzles: &[(String, Puzzle)], threads: usize) -> f64 {
@@ -65,12 +65,7 @@ async fn through_cluster(puzzles: &[(String, Puzzle)], workers: usize, threads: 
     let mut s = client.solve_stream(&warm, false).await.unwrap();
     while s.next().await.is_some() {}
     let began = Instant::now();
-    let mut s = client.solve_stream(puzzles, false).await.unwrap();
-    let mut n = 0;
-    while let Some(r) = s.next().await {
-        r.unwrap();
-        n += 1;
-    }
+    let n = count_all(client.solve_stream(puzzles, false).await.unwrap()).await;
     assert_eq!(n, puzzles.len());
     let rate = n as f64 / began.elapsed().as_secs_f64();
     cluster.shutdown().await;

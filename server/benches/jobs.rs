@@ -22,11 +22,10 @@ use colball_server::coordinator::Config;
 use colball_server::testing::LocalCluster;
 use colball_solver::generate::Generator;
 use colball_solver::{Puzzle, Size};
-use tokio_stream::StreamExt;
 
 mod common;
 
-use common::{batch, env};
+use common::{batch, count_all, env};
 
 fn small(seed: u64, n: usize) -> Vec<(String, Puzzle)> {
     let mut g = Generator::new(seed);
@@ -44,11 +43,7 @@ async fn via_batch(url: &str, puzzles: &[(String, Puzzle)]) -> f64 {
     let began = Instant::now();
     let mut n = 0;
     for chunk in puzzles.chunks(colball_client::remote::REQUEST_CHUNK) {
-        let mut s = client.solve_stream(chunk, false).await.unwrap();
-        while let Some(r) = s.next().await {
-            r.unwrap();
-            n += 1;
-        }
+        n += count_all(client.solve_stream(chunk, false).await.unwrap()).await;
     }
     assert_eq!(n, puzzles.len());
     n as f64 / began.elapsed().as_secs_f64()
@@ -60,12 +55,7 @@ async fn via_job(url: &str, puzzles: &[(String, Puzzle)], keep: bool) -> f64 {
     let mut jobs = Jobs::connect(url, &Security::default()).await.unwrap();
     let began = Instant::now();
     let id = jobs.submit(puzzles, None, "bench").await.unwrap().id;
-    let mut s = jobs.results(&id, 0, true).await.unwrap();
-    let mut n = 0;
-    while let Some(r) = s.next().await {
-        r.unwrap();
-        n += 1;
-    }
+    let n = count_all(jobs.results(&id, 0, true).await.unwrap()).await;
     assert_eq!(n, puzzles.len());
     let rate = n as f64 / began.elapsed().as_secs_f64();
     if !keep {

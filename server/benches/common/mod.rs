@@ -3,6 +3,7 @@
 
 use colball_solver::generate::Generator;
 use colball_solver::{Puzzle, Size};
+use tokio_stream::{Stream, StreamExt};
 
 /// A number from the environment variable `name`, or `default`.
 pub fn env(name: &str, default: usize) -> usize {
@@ -16,4 +17,16 @@ pub fn env(name: &str, default: usize) -> usize {
 pub fn batch(seed: u64, size: Size, n: usize) -> Vec<(String, Puzzle)> {
     let mut g = Generator::new(seed);
     (0..n).map(|i| (format!("p{i}"), g.uniform(size))).collect()
+}
+
+/// Reads a result stream to its end, every item an answer; how many came.
+#[allow(dead_code)] // each bench includes this module; not all of them use it
+pub async fn count_all<T, E: std::fmt::Debug>(stream: impl Stream<Item = Result<T, E>>) -> usize {
+    let mut stream = std::pin::pin!(stream);
+    let mut n = 0;
+    while let Some(r) = stream.next().await {
+        r.unwrap();
+        n += 1;
+    }
+    n
 }

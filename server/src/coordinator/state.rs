@@ -316,6 +316,16 @@ pub struct Counters {
     pub timed_out: u64,
 }
 
+impl Counters {
+    /// Counts one refused answer under its reason's label.
+    fn reject(&mut self, reason: &RejectReason) {
+        let label = reason.label();
+        if let Some(i) = REJECT_LABELS.iter().position(|l| *l == label) {
+            self.rejected[i] += 1;
+        }
+    }
+}
+
 /// One worker as the dashboard and `/metrics` show it.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct WorkerView {
@@ -1043,10 +1053,7 @@ impl State {
         now: Instant,
         effects: &mut Effects,
     ) {
-        let label = rejected.reason.label();
-        if let Some(i) = REJECT_LABELS.iter().position(|l| *l == label) {
-            self.counters.rejected[i] += 1;
-        }
+        self.counters.reject(&rejected.reason);
         if let Some(task) = task {
             self.requeue(task, false, effects);
         }
@@ -1153,7 +1160,7 @@ impl State {
                 effects.push(Effect::Evict {
                     worker: audit.origin_name.clone(),
                 });
-                self.counters.rejected[5] += 1;
+                self.counters.reject(&rejected.reason);
                 let already = self
                     .quarantined
                     .get(&audit.origin_key)
@@ -2247,7 +2254,7 @@ mod tests {
         }
 
         impl World {
-            fn apply(&mut self, effects: Effects, _pool: &[(Puzzle, i64, String)]) {
+            fn apply(&mut self, effects: Effects) {
                 for e in effects {
                     match e {
                         Effect::Assign { worker, tasks } => {
@@ -2296,9 +2303,19 @@ mod tests {
                 }
             }
 
+            /// The clock moves on: every worker has heartbeaten, then the
+            /// housekeeping tick.
+            fn tick(&mut self, s: &mut State, now: Instant) {
+                for &wid in &self.workers {
+                    s.heartbeat(wid, None, now);
+                }
+                let e = s.tick(now);
+                self.apply(e);
+            }
+
             /// Every request whose results are all in (or that failed) is
             /// ended by its stream, as the driver's forwarder does.
-            fn finish(&mut self, s: &mut State, pool: &[(Puzzle, i64, String)]) {
+            fn finish(&mut self, s: &mut State) {
                 for &r in &self.requests.clone() {
                     if self.ended.contains(&r) {
                         continue;
@@ -2308,7 +2325,7 @@ mod tests {
                     if self.failed.contains(&r) || got == total {
                         let e = s.end_request(r);
                         self.ended.insert(r);
-                        self.apply(e, pool);
+                        self.apply(e);
                     }
                 }
             }
@@ -2370,7 +2387,7 @@ mod tests {
                             for i in 0..ready {
                                 m.insert(i as u64, 1);
                             }
-                            w.apply(e, &pool);
+                            w.apply(e);
                         }
                     }
                     Op::Register { slots } => {
@@ -2378,7 +2395,7 @@ mod tests {
                         w.next_id += 1;
                         if let Ok(e) = s.register(id, &format!("w{id}"), None, slots, now) {
                             w.workers.push(id);
-                            w.apply(e, &pool);
+                            w.apply(e);
                         }
                     }
                     Op::Answer { worker, pick, how } => {
@@ -2421,7 +2438,7 @@ mod tests {
                                 },
                                 now,
                             );
-                            w.apply(e, &pool);
+                            w.apply(e);
                             continue;
                         };
                         puzzles_of.insert(task_id, puzzle);
@@ -2441,7 +2458,7 @@ mod tests {
                             How::Error => Some(task_result::Outcome::Error("boom".into())),
                         };
                         let e = s.result(wid, v1::TaskResult { task_id, outcome }, now);
-                        w.apply(e, &pool);
+                        w.apply(e);
                     }
                     Op::Lose { worker } => {
                         let Some(&wid) = w.workers.get(worker) else {
@@ -2449,14 +2466,14 @@ mod tests {
                         };
                         w.workers.retain(|x| *x != wid);
                         let e = s.worker_lost(wid, LossReason::Disconnected, now);
-                        w.apply(e, &pool);
+                        w.apply(e);
                     }
                     Op::Drain { worker } => {
                         let Some(&wid) = w.workers.get(worker) else {
                             continue;
                         };
                         let e = s.drain(wid, now);
-                        w.apply(e, &pool);
+                        w.apply(e);
                     }
                     Op::End { request } => {
                         let Some(&r) = w.requests.get(request) else {
@@ -2464,7 +2481,7 @@ mod tests {
                         };
                         if w.ended.insert(r) {
                             let e = s.end_request(r);
-                            w.apply(e, &pool);
+                            w.apply(e);
                         }
                     }
                     Op::Read { request, n } => {
@@ -2476,18 +2493,14 @@ mod tests {
                         *read = (*read + n).min(got);
                         let read = *read;
                         let e = s.ack(r, read, read, now);
-                        w.apply(e, &pool);
+                        w.apply(e);
                     }
                     Op::Tick { ms } => {
                         now += Duration::from_millis(ms);
-                        for &wid in &w.workers {
-                            s.heartbeat(wid, None, now);
-                        }
-                        let e = s.tick(now);
-                        w.apply(e, &pool);
+                        w.tick(&mut s, now);
                     }
                 }
-                w.finish(&mut s, &pool);
+                w.finish(&mut s);
                 s.check_invariants();
                 check_world(&s, &w);
             }
@@ -2495,14 +2508,14 @@ mod tests {
             let honest = 5_000_000;
             if let Ok(e) = s.register(honest, "honest", None, 3, now) {
                 w.workers.push(honest);
-                w.apply(e, &pool);
+                w.apply(e);
             }
             for _ in 0..500 {
                 for r in w.requests.clone() {
                     let got = w.results.get(&r).map_or(0, |m| m.values().sum());
                     w.read.insert(r, got);
                     let e = s.ack(r, got, got, now);
-                    w.apply(e, &pool);
+                    w.apply(e);
                 }
                 for wid in w.workers.clone() {
                     let sent = std::mem::take(w.sent.entry(wid).or_default());
@@ -2527,16 +2540,12 @@ mod tests {
                             },
                             now,
                         );
-                        w.apply(e, &pool);
+                        w.apply(e);
                     }
                 }
                 now += Duration::from_millis(100);
-                for &wid in &w.workers {
-                    s.heartbeat(wid, None, now);
-                }
-                let e = s.tick(now);
-                w.apply(e, &pool);
-                w.finish(&mut s, &pool);
+                w.tick(&mut s, now);
+                w.finish(&mut s);
                 s.check_invariants();
                 check_world(&s, &w);
                 if w.requests.iter().all(|r| w.ended.contains(r)) {
