@@ -21,6 +21,7 @@ use colball_solver::grade::{
 use colball_solver::{Engine, Puzzle};
 use thiserror::Error;
 
+use crate::jobs::{self, JobRun};
 use crate::local;
 use crate::progress::Progress;
 use crate::remote::{self, ClientError, SolveError};
@@ -40,9 +41,9 @@ pub enum Backend {
     /// On the cluster whose coordinator is at this URL.
     Remote {
         url: String,
-        security: remote::Security,
-        /// The request's priority class (`None`: the cluster's default).
-        priority: Option<colball_proto::v1::Priority>,
+        security: Box<remote::Security>,
+        /// The job the puzzles are solved as: priority, reconnection.
+        run: JobRun,
     },
 }
 
@@ -140,23 +141,26 @@ pub fn run(
                 emit(index, graded)
             })?;
         }
-        Backend::Remote {
-            url,
-            security,
-            priority,
-        } => {
-            let list: Vec<(String, Puzzle, Option<GivenAnswer>)> = cases
+        Backend::Remote { url, security, run } => {
+            // The cluster finds each optimum (as a job, riding out broken
+            // connections); each answer is judged here, as in-process.
+            let list: Vec<(String, Puzzle)> = cases
                 .ids
                 .iter()
-                .zip(&cases.puzzles)
-                .zip(&cases.matched.answers)
-                .map(|((id, p), a)| (id.clone(), *p, a.clone()))
+                .cloned()
+                .zip(cases.puzzles.iter().copied())
                 .collect();
-            remote::grade_in_order(url, security, *priority, &list, |r| emit(r.index, r.graded))
-                .map_err(|e| match e {
-                    SolveError::Client(e) => GradeError::Client(e),
-                    SolveError::Output(e) => GradeError::Output(e),
-                })?;
+            let mut notice = |m: &str| progress.eprintln(&format!("colball: {m}"));
+            jobs::solve_in_order(url, security, run, &list, &mut notice, |solved| {
+                let index = solved.index;
+                let answer = cases.matched.answers[index].as_ref();
+                let graded = grade_case(&cases.puzzles[index], solved.solution.answer(), answer);
+                emit(index, graded)
+            })
+            .map_err(|e| match e {
+                SolveError::Client(e) => GradeError::Client(e),
+                SolveError::Output(e) => GradeError::Output(e),
+            })?;
         }
     }
     drop(progress);

@@ -2,6 +2,8 @@
 //! set, get its id, and read its results later, from any index, as often
 //! as needed. The commands behind `colball job ...`.
 
+use std::time::{Duration, Instant};
+
 use colball_proto::MAX_MESSAGE_BYTES;
 use colball_proto::auth::Bearer;
 use colball_proto::puzzle_to_wire;
@@ -12,7 +14,7 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
-use crate::remote::{self, ClientError, Security};
+use crate::remote::{self, ClientError, RemoteSolved, Security, SolveError};
 
 /// Puzzles per message of a submission (well under the message limit).
 pub const SUBMIT_CHUNK: usize = 10_000;
@@ -40,11 +42,22 @@ impl Jobs {
         priority: Option<v1::Priority>,
         name: &str,
     ) -> Result<v1::JobAccepted, ClientError> {
+        let options = v1::JobOptions {
+            priority: priority.unwrap_or(v1::Priority::Unspecified) as i32,
+            name: name.to_string(),
+            fail_without_workers: false,
+        };
+        self.submit_with(puzzles, options).await
+    }
+
+    /// [`Self::submit`] with every option.
+    pub async fn submit_with(
+        &mut self,
+        puzzles: &[(String, Puzzle)],
+        options: v1::JobOptions,
+    ) -> Result<v1::JobAccepted, ClientError> {
         let mut messages = vec![v1::SubmitRequest {
-            kind: Some(submit_request::Kind::Options(v1::JobOptions {
-                priority: priority.unwrap_or(v1::Priority::Unspecified) as i32,
-                name: name.to_string(),
-            })),
+            kind: Some(submit_request::Kind::Options(options)),
         }];
         for chunk in puzzles.chunks(SUBMIT_CHUNK) {
             messages.push(v1::SubmitRequest {
@@ -61,6 +74,16 @@ impl Jobs {
             .submit(tokio_stream::iter(messages))
             .await?
             .into_inner())
+    }
+
+    /// A call that proves the coordinator answers (and takes the token):
+    /// it asks for a job that cannot exist, and NOT_FOUND is the answer.
+    pub async fn probe(&mut self) -> Result<(), ClientError> {
+        match self.get("").await {
+            Err(ClientError::Status(s)) if s.code() == tonic::Code::NotFound => Ok(()),
+            Err(e) => Err(e),
+            Ok(_) => Ok(()),
+        }
     }
 
     pub async fn get(&mut self, id: &str) -> Result<v1::Job, ClientError> {
@@ -141,4 +164,418 @@ pub fn job_json(job: &v1::Job) -> serde_json::Value {
         "finished_unix_ms": job.finished_unix_ms,
         "failure": job.failure,
     })
+}
+
+/// How [`solve_in_order`] runs a batch as a job.
+#[derive(Clone, Debug)]
+pub struct JobRun {
+    /// The job's priority class (`None`: normal, a person waiting).
+    pub priority: Option<v1::Priority>,
+    /// A name for people (`colball job list` shows it).
+    pub name: String,
+    /// How long to keep trying to reach the coordinator again after the
+    /// connection breaks, counted from the break (zero: not at all).
+    pub reconnect: Duration,
+    /// Cancel the job when the process gets SIGINT (Ctrl-C), and return
+    /// [`ClientError::Interrupted`].
+    pub cancel_on_interrupt: bool,
+}
+
+impl Default for JobRun {
+    fn default() -> JobRun {
+        JobRun {
+            priority: None,
+            name: String::new(),
+            reconnect: DEFAULT_RECONNECT,
+            cancel_on_interrupt: false,
+        }
+    }
+}
+
+/// `--reconnect-secs`'s default.
+pub const DEFAULT_RECONNECT: Duration = Duration::from_secs(120);
+
+/// The first wait between two attempts to reconnect; it doubles up to
+/// [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// The least time one attempt to reconnect is given, however little is
+/// left of `--reconnect-secs` (a connection that hangs is given up).
+const ATTEMPT: Duration = Duration::from_secs(5);
+
+/// Solves `puzzles` (with their ids) on the cluster at `url` as a durable
+/// job, calling `on_result` once per puzzle in input order, like
+/// `local::solve_in_order`; blocks the calling thread (it runs its own
+/// small runtime). `notice` hears of breaks and reconnections, for people.
+///
+/// When the connection breaks (the coordinator crashed, restarted or shut
+/// down, the network failed), it reconnects with backoff for up to
+/// `run.reconnect` and reads on from the first result not yet passed on:
+/// nothing is passed on twice or skipped. A job the coordinator no longer
+/// has (it restarted without `--data-dir`) is [`ClientError::JobLost`].
+/// Each answer is replayed against its puzzle; a wrong one stops the run.
+/// A finished job is deleted; on a failure of the cluster's or of
+/// `on_result`, it is cancelled.
+pub fn solve_in_order<E>(
+    url: &str,
+    security: &Security,
+    run: &JobRun,
+    puzzles: &[(String, Puzzle)],
+    notice: &mut dyn FnMut(&str),
+    on_result: impl FnMut(RemoteSolved) -> Result<(), E>,
+) -> Result<(), SolveError<E>> {
+    let runtime = remote::runtime()?;
+    runtime.block_on(async {
+        let mut follower = Follower {
+            url,
+            security,
+            run,
+            puzzles,
+            jobs: Jobs::connect(url, security).await?,
+            job: None,
+            next: 0,
+            lost_since: None,
+        };
+        let outcome = {
+            let solving = follower.solve(notice, on_result);
+            tokio::pin!(solving);
+            tokio::select! {
+                outcome = &mut solving => Some(outcome),
+                () = interrupted(run.cancel_on_interrupt) => None,
+            }
+        };
+        match outcome {
+            Some(Ok(())) => {
+                // Every result is passed on: the job has served its
+                // purpose.
+                follower.finish(false).await;
+                Ok(())
+            }
+            Some(Err(e)) => {
+                // A broken connection keeps the job for a later
+                // `colball job results`; any other failure ends it.
+                if !matches!(
+                    e,
+                    SolveError::Client(
+                        ClientError::ConnectionLost { .. } | ClientError::JobLost { .. }
+                    )
+                ) {
+                    follower.finish(true).await;
+                }
+                Err(e)
+            }
+            None => {
+                follower.finish(true).await;
+                Err(ClientError::Interrupted {
+                    job: follower.job.map(|(id, _)| id),
+                    received: follower.next as usize,
+                    total: puzzles.len(),
+                }
+                .into())
+            }
+        }
+    })
+}
+
+/// Resolves on SIGINT when `enabled`; never otherwise.
+async fn interrupted(enabled: bool) {
+    if !enabled || tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// One batch followed as a job (see [`solve_in_order`]).
+struct Follower<'a> {
+    url: &'a str,
+    security: &'a Security,
+    run: &'a JobRun,
+    puzzles: &'a [(String, Puzzle)],
+    jobs: Jobs,
+    /// The job's id and whether the coordinator keeps it on disk, once
+    /// submitted.
+    job: Option<(String, bool)>,
+    /// The index of the next result to pass on.
+    next: u64,
+    /// When the connection broke, until the result stream opens again.
+    lost_since: Option<Instant>,
+}
+
+type ResultStream =
+    std::pin::Pin<Box<dyn Stream<Item = Result<v1::PuzzleResult, ClientError>> + Send>>;
+
+/// Why a call on the coordinator did not go through.
+enum Break {
+    /// The connection (or the coordinator) went away: try again.
+    Gone(String),
+    /// Anything else: the end of the run.
+    Fatal(ClientError),
+}
+
+impl From<ClientError> for Break {
+    fn from(e: ClientError) -> Break {
+        match e {
+            ClientError::Status(status) if remote::connection_gone(&status) => {
+                Break::Gone(remote::status_reason(&status))
+            }
+            ClientError::Connect { reason, .. } => Break::Gone(reason),
+            other => Break::Fatal(other),
+        }
+    }
+}
+
+impl Follower<'_> {
+    async fn solve<E>(
+        &mut self,
+        notice: &mut dyn FnMut(&str),
+        mut on_result: impl FnMut(RemoteSolved) -> Result<(), E>,
+    ) -> Result<(), SolveError<E>> {
+        let list: Vec<Puzzle> = self.puzzles.iter().map(|(_, p)| *p).collect();
+        let total = self.puzzles.len() as u64;
+        let options = v1::JobOptions {
+            priority: self.run.priority.unwrap_or(v1::Priority::Normal) as i32,
+            name: self.run.name.clone(),
+            // Someone waits: no worker is an error, as for a batch.
+            fail_without_workers: true,
+        };
+        // Whether the coordinator answers at all: a failure here is not a
+        // break to ride out but a wrong URL, port or scheme.
+        if let Err(e) = self.jobs.probe().await {
+            return Err(match Break::from(e) {
+                Break::Gone(mut reason) => {
+                    reason.push_str(remote::connect_hint(self.url));
+                    ClientError::ConnectionLost {
+                        url: self.url.to_string(),
+                        received: 0,
+                        total: self.puzzles.len(),
+                        reason,
+                        advice: self.advice(Duration::ZERO),
+                    }
+                }
+                Break::Fatal(e) => e,
+            }
+            .into());
+        }
+        // Submit; a submission cut short was not acknowledged, and is made
+        // again in full.
+        let (id, durable) = loop {
+            match self.jobs.submit_with(self.puzzles, options.clone()).await {
+                Ok(accepted) => break (accepted.id, accepted.durable),
+                Err(e) => match Break::from(e) {
+                    Break::Gone(reason) => self.reconnect(reason, notice).await?,
+                    Break::Fatal(e) => return Err(e.into()),
+                },
+            }
+        };
+        self.job = Some((id.clone(), durable));
+        while self.next < total {
+            let reason = match self.open_results(&id, notice).await {
+                Ok(mut stream) => loop {
+                    match stream.next().await {
+                        Some(Ok(r)) => {
+                            if r.index != self.next {
+                                return Err(ClientError::Protocol(format!(
+                                    "result {} arrived when {} was due",
+                                    r.index, self.next
+                                ))
+                                .into());
+                            }
+                            let solved = remote::convert(r, &list)?;
+                            self.next += 1;
+                            on_result(solved).map_err(SolveError::Output)?;
+                        }
+                        Some(Err(e)) => match Break::from(e) {
+                            Break::Gone(reason) => break reason,
+                            Break::Fatal(e) => return Err(self.lost_if_missing(e).into()),
+                        },
+                        None if self.next >= total => break String::new(),
+                        None => {
+                            // The stream ended early: the job was stopped
+                            // (cancelled, failed), or the coordinator is
+                            // going away.
+                            self.ended_early(&id).await?;
+                            break "the result stream ended early".to_string();
+                        }
+                    }
+                },
+                Err(Break::Gone(reason)) => reason,
+                Err(Break::Fatal(e)) => return Err(self.lost_if_missing(e).into()),
+            };
+            if self.next < total {
+                self.reconnect(reason, notice).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// NOT_FOUND for the job being followed means the coordinator lost it.
+    fn lost_if_missing(&self, e: ClientError) -> ClientError {
+        match (&e, &self.job) {
+            (ClientError::Status(s), Some((id, durable))) if s.code() == tonic::Code::NotFound => {
+                ClientError::JobLost {
+                    url: self.url.to_string(),
+                    job: id.clone(),
+                    durable: *durable,
+                    received: self.next as usize,
+                    total: self.puzzles.len(),
+                }
+            }
+            _ => e,
+        }
+    }
+
+    /// After a stream that ended before the last result: the job's end,
+    /// if it ended (cancelled or failed), as an error.
+    async fn ended_early(&mut self, id: &str) -> Result<(), ClientError> {
+        let job = match self.jobs.get(id).await {
+            Ok(job) => job,
+            Err(e) => {
+                return match Break::from(e) {
+                    Break::Gone(_) => Ok(()),
+                    Break::Fatal(e) => Err(self.lost_if_missing(e)),
+                };
+            }
+        };
+        let state = v1::JobState::try_from(job.state).unwrap_or_default();
+        let ended = match state {
+            v1::JobState::Cancelled => Some("was cancelled"),
+            v1::JobState::Failed => Some("failed"),
+            _ => None,
+        };
+        if let Some(ended) = ended {
+            return Err(ClientError::JobEnded {
+                job: id.to_string(),
+                state: ended.to_string(),
+                failure: job.failure,
+                received: self.next as usize,
+                total: self.puzzles.len(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Connects again, with backoff, until `--reconnect-secs` after the
+    /// break (the first of a run of breaks with no result read between).
+    async fn reconnect(
+        &mut self,
+        reason: String,
+        notice: &mut dyn FnMut(&str),
+    ) -> Result<(), ClientError> {
+        let window = self.run.reconnect;
+        let gave_up = |reason: String, this: &Self| ClientError::ConnectionLost {
+            url: this.url.to_string(),
+            received: this.next as usize,
+            total: this.puzzles.len(),
+            reason,
+            advice: this.advice(window),
+        };
+        if window.is_zero() {
+            return Err(gave_up(reason, self));
+        }
+        let since = match self.lost_since {
+            Some(since) => since,
+            None => {
+                notice(&format!(
+                    "lost the connection to the coordinator at {} after {} of {} results ({reason}); reconnecting for up to {} s (--reconnect-secs)",
+                    self.url,
+                    self.next,
+                    self.puzzles.len(),
+                    window.as_secs()
+                ));
+                *self.lost_since.insert(Instant::now())
+            }
+        };
+        let deadline = since + window;
+        let mut backoff = FIRST_BACKOFF;
+        let mut last = reason;
+        loop {
+            if Instant::now() >= deadline {
+                return Err(gave_up(last, self));
+            }
+            let attempt = deadline
+                .saturating_duration_since(Instant::now())
+                .max(ATTEMPT);
+            match tokio::time::timeout(attempt, Jobs::connect(self.url, self.security)).await {
+                Ok(Ok(jobs)) => {
+                    self.jobs = jobs;
+                    return Ok(());
+                }
+                Ok(Err(e)) => match Break::from(e) {
+                    Break::Gone(reason) => last = reason,
+                    Break::Fatal(e) => return Err(e),
+                },
+                Err(_) => last = format!("no connection within {} s", attempt.as_secs()),
+            }
+            if Instant::now() + backoff >= deadline {
+                return Err(gave_up(last, self));
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// Opens the job's result stream from the next index. After a break,
+    /// within [`ATTEMPT`] (a connection that hangs is a break again), and
+    /// the break is over once it opens.
+    async fn open_results(
+        &mut self,
+        id: &str,
+        notice: &mut dyn FnMut(&str),
+    ) -> Result<ResultStream, Break> {
+        let open = self.jobs.results(id, self.next, true);
+        let stream = if self.lost_since.is_some() {
+            match tokio::time::timeout(ATTEMPT, open).await {
+                Ok(opened) => opened?,
+                Err(_) => {
+                    return Err(Break::Gone(format!(
+                        "no answer within {} s",
+                        ATTEMPT.as_secs()
+                    )));
+                }
+            }
+        } else {
+            open.await?
+        };
+        if self.lost_since.take().is_some() {
+            notice(&format!(
+                "reconnected to {}; reading on from result {}",
+                self.url, self.next
+            ));
+        }
+        Ok(Box::pin(stream))
+    }
+
+    /// What a person can do after giving up on the connection.
+    fn advice(&self, window: Duration) -> String {
+        let tried = if window.is_zero() {
+            String::new()
+        } else {
+            format!("gave up after {} s (--reconnect-secs); ", window.as_secs())
+        };
+        match &self.job {
+            None => format!("{tried}the batch was not submitted: resubmit it"),
+            Some((id, true)) => format!(
+                "{tried}job {id} is kept on the coordinator's disk: `colball job results {id} --from {} --wait` prints the rest once it is back",
+                self.next
+            ),
+            Some((id, false)) => format!(
+                "{tried}the coordinator keeps jobs in memory only (no --data-dir), so if it restarted, job {id} was lost: resubmit it"
+            ),
+        }
+    }
+
+    /// Deletes the job (done: `cancel` false) or cancels it, at best
+    /// effort, within a few seconds.
+    async fn finish(&mut self, cancel: bool) {
+        let Some((id, _)) = self.job.clone() else {
+            return;
+        };
+        let call = async {
+            if cancel {
+                self.jobs.cancel(&id).await.map(drop)
+            } else {
+                self.jobs.delete(&id).await
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(3), call).await;
+    }
 }

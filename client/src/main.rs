@@ -1,4 +1,4 @@
-//! `colball`: solve colball puzzles exactly, in-process or (later) on a cluster.
+//! `colball`: solve colball puzzles exactly, in-process or on a cluster.
 
 use std::io::{self, BufWriter, Read, Write};
 use std::path::PathBuf;
@@ -9,7 +9,8 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use colball_client::bench::{self, human};
 use colball_client::local::{self, Solved};
-use colball_client::{remote, watch};
+use colball_client::remote::{self, ClientError};
+use colball_client::{jobs, watch};
 use colball_solver::cache::CacheConfig;
 use colball_solver::format::{Format, classic, jsonl};
 use colball_solver::generate::Generator;
@@ -67,11 +68,35 @@ struct GradeArgs {
     /// Find the optimal answers on a colball cluster at this URL.
     #[arg(long, env = colball_client::remote::CONNECT_ENV, value_name = "URL")]
     connect: Option<String>,
-    /// The cluster priority class of the request (default normal).
-    #[arg(long, value_enum, requires = "connect")]
-    priority: Option<PriorityArg>,
+    #[command(flatten)]
+    job: ClusterJobArgs,
     #[command(flatten)]
     security: SecurityArgs,
+}
+
+/// How `solve --connect` and `grade --connect` run their puzzles: as a
+/// durable job on the cluster, followed to its last result.
+#[derive(Args, Debug)]
+struct ClusterJobArgs {
+    /// The job's cluster priority class (default normal).
+    #[arg(long, value_enum, requires = "connect")]
+    priority: Option<PriorityArg>,
+    /// When the connection to the coordinator breaks, how long to keep
+    /// trying to reconnect before giving up (0: not at all). The results
+    /// go on from where they stopped.
+    #[arg(long, value_name = "SECS", default_value_t = jobs::DEFAULT_RECONNECT.as_secs())]
+    reconnect_secs: u64,
+}
+
+impl ClusterJobArgs {
+    fn run(&self) -> jobs::JobRun {
+        jobs::JobRun {
+            priority: PriorityArg::wire(self.priority),
+            name: String::new(),
+            reconnect: std::time::Duration::from_secs(self.reconnect_secs),
+            cancel_on_interrupt: true,
+        }
+    }
 }
 
 /// A request's priority class on the cluster: higher classes are always
@@ -123,9 +148,8 @@ struct SolveArgs {
     /// `http://127.0.0.1:50051`. The output is the same as in-process.
     #[arg(long, env = colball_client::remote::CONNECT_ENV, value_name = "URL")]
     connect: Option<String>,
-    /// The cluster priority class of the request (default normal).
-    #[arg(long, value_enum, requires = "connect")]
-    priority: Option<PriorityArg>,
+    #[command(flatten)]
+    job: ClusterJobArgs,
     #[command(flatten)]
     security: SecurityArgs,
 }
@@ -323,6 +347,10 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) if matches!(e.downcast_ref(), Some(ClientError::Interrupted { .. })) => {
+            eprintln!("colball: {e:#}");
+            ExitCode::from(130)
+        }
         Err(e) => {
             eprintln!("colball: {e:#}");
             ExitCode::FAILURE
@@ -435,8 +463,8 @@ fn grade(args: GradeArgs, quiet: bool) -> Result<ExitCode> {
     let backend = match args.connect {
         Some(url) => Backend::Remote {
             url,
-            security: args.security.security()?,
-            priority: PriorityArg::wire(args.priority),
+            security: Box::new(args.security.security()?),
+            run: args.job.run(),
         },
         None => {
             let threads = args
@@ -476,15 +504,16 @@ fn solve(args: SolveArgs, quiet: bool) -> Result<ExitCode> {
         InputFormat::Jsonl => Format::Jsonl,
     };
     let mut puzzles = Vec::new();
+    let mut ids = Vec::new();
     let mut entries = Vec::new();
     match format {
         Format::Classic => match classic::parse(&bytes) {
             Ok(cases) => {
                 for (i, case) in cases.into_iter().enumerate() {
                     puzzles.push(case.puzzle);
-                    entries.push(Entry::Puzzle {
-                        id: (i + 1).to_string(),
-                    });
+                    let id = (i + 1).to_string();
+                    ids.push(id.clone());
+                    entries.push(Entry::Puzzle { id });
                 }
             }
             Err(e) => {
@@ -497,6 +526,7 @@ fn solve(args: SolveArgs, quiet: bool) -> Result<ExitCode> {
                 match case {
                     Ok(case) => {
                         puzzles.push(case.puzzle);
+                        ids.push(case.id.clone());
                         entries.push(Entry::Puzzle { id: case.id });
                     }
                     Err(e) => entries.push(Entry::Error(e)),
@@ -559,13 +589,11 @@ fn solve(args: SolveArgs, quiet: bool) -> Result<ExitCode> {
     };
     if let Some(url) = &args.connect {
         let security = args.security.security()?;
-        remote::solve_in_order(
-            url,
-            &security,
-            PriorityArg::wire(args.priority),
-            &puzzles,
-            |r| emit(&r.solution, &r.strategy, r.elapsed),
-        )
+        let named: Vec<(String, Puzzle)> = ids.into_iter().zip(puzzles.iter().copied()).collect();
+        let mut notice = |m: &str| progress.eprintln(&format!("colball: {m}"));
+        jobs::solve_in_order(url, &security, &args.job.run(), &named, &mut notice, |r| {
+            emit(&r.solution, &r.strategy, r.elapsed)
+        })
         .map_err(|e| match e {
             remote::SolveError::Output(e) => anyhow::Error::from(e),
             remote::SolveError::Client(e) => anyhow::Error::from(e),

@@ -80,18 +80,49 @@ pub enum ClientError {
     /// worker it trusted) is broken or hostile. Nothing of it is printed.
     #[error("puzzle {id:?}: the cluster's answer is wrong ({reason}); not printed")]
     WrongAnswer { id: String, reason: String },
-    /// The connection broke mid-batch: the coordinator crashed, restarted
-    /// or shut down, or the network failed. A coordinator keeps nothing
-    /// across a restart (see docs/RELIABILITY.md), so the only way on is to
-    /// submit the batch again.
+    /// The connection broke mid-batch (the coordinator crashed, restarted
+    /// or shut down, or the network failed) and could not be made again
+    /// within `--reconnect-secs`; `advice` says what is kept.
     #[error(
-        "lost the connection to the coordinator at {url} after {received} of {total} results ({reason}); the batch was not completed: resubmit it"
+        "lost the connection to the coordinator at {url} after {received} of {total} results ({reason}); {advice}"
     )]
     ConnectionLost {
         url: String,
         received: usize,
         total: usize,
         reason: String,
+        advice: String,
+    },
+    /// The coordinator came back without the job: it keeps jobs in memory
+    /// only and restarted, or someone deleted the job.
+    #[error(
+        "the coordinator at {url} no longer has job {job} ({received} of {total} results were received): {}",
+        if *durable { "it was deleted; resubmit the batch" } else { "it keeps jobs in memory only (no --data-dir) and restarted, so the work was lost: resubmit it" }
+    )]
+    JobLost {
+        url: String,
+        job: String,
+        durable: bool,
+        received: usize,
+        total: usize,
+    },
+    /// The job was cancelled (by `colball job cancel`) or failed on the
+    /// coordinator before its last result.
+    #[error("job {job} {state} after {received} of {total} results{}", if failure.is_empty() { String::new() } else { format!(": {failure}") })]
+    JobEnded {
+        job: String,
+        /// `was cancelled` or `failed`.
+        state: String,
+        failure: String,
+        received: usize,
+        total: usize,
+    },
+    /// SIGINT: the run stopped and its job was cancelled.
+    #[error("interrupted after {received} of {total} results{}", job.as_ref().map_or_else(String::new, |j| format!("; job {j} was cancelled")))]
+    Interrupted {
+        job: Option<String>,
+        received: usize,
+        total: usize,
     },
 }
 
@@ -119,29 +150,6 @@ impl ClientError {
             error,
         }
     }
-
-    /// Turns a status that means "the coordinator or the connection went
-    /// away" into [`ClientError::ConnectionLost`]; other errors unchanged.
-    fn lost_if_gone(self, url: &str, received: usize, total: usize) -> ClientError {
-        match self {
-            ClientError::Status(status) if connection_gone(&status) => {
-                let mut reason = status_reason(&status);
-                // Plaintext HTTP/2 against a TLS port fails on the first
-                // request (garbled frames, or the server hangs up), not at
-                // connect time; before any result, mention that case.
-                if received == 0 {
-                    reason.push_str(connect_hint(url));
-                }
-                ClientError::ConnectionLost {
-                    url: url.to_string(),
-                    received,
-                    total,
-                    reason,
-                }
-            }
-            other => other,
-        }
-    }
 }
 
 /// Whether a status says the connection to the coordinator is gone. A
@@ -149,7 +157,7 @@ impl ClientError {
 /// connection) carries that failure as its `source`; a status the
 /// coordinator sent does not, and of those only UNAVAILABLE "shutting
 /// down" means the coordinator is going away.
-fn connection_gone(status: &tonic::Status) -> bool {
+pub(crate) fn connection_gone(status: &tonic::Status) -> bool {
     use std::error::Error as _;
     status.source().is_some()
         || (status.code() == tonic::Code::Unavailable && status.message().contains("shutting down"))
@@ -180,7 +188,7 @@ fn status_message(status: &tonic::Status) -> String {
 }
 
 /// The status's code and message and the transport failure beneath it.
-fn status_reason(status: &tonic::Status) -> String {
+pub(crate) fn status_reason(status: &tonic::Status) -> String {
     format!("{}: {}", code_name(status.code()), status_message(status))
 }
 
@@ -221,7 +229,7 @@ fn status_text(status: &tonic::Status) -> String {
 }
 
 /// A hint for a failed plaintext connection: the coordinator may serve TLS.
-fn connect_hint(url: &str) -> &'static str {
+pub(crate) fn connect_hint(url: &str) -> &'static str {
     if url
         .get(..7)
         .is_some_and(|s| s.eq_ignore_ascii_case("http://"))
@@ -411,54 +419,7 @@ impl Client {
     }
 }
 
-/// Grades `cases` on the cluster at `url`, calling `on_result` once per case
-/// in input order (the cluster's verdicts are put back in order). Blocks the
-/// calling thread. Stops at the first failure.
-pub fn grade_in_order<E>(
-    url: &str,
-    security: &Security,
-    priority: Option<v1::Priority>,
-    cases: &[(String, Puzzle, Option<GivenAnswer>)],
-    mut on_result: impl FnMut(RemoteGraded) -> Result<(), E>,
-) -> Result<(), SolveError<E>> {
-    let runtime = runtime()?;
-    runtime.block_on(async {
-        let mut client = Client::connect_with(url, security).await?;
-        client.set_priority(priority);
-        for (chunk_no, chunk) in cases.chunks(REQUEST_CHUNK).enumerate() {
-            let base = chunk_no * REQUEST_CHUNK;
-            let mut stream = client.grade_stream(chunk).await?;
-            let mut held = std::collections::BTreeMap::new();
-            let mut next = 0;
-            while let Some(item) = stream.next().await {
-                let graded = item?;
-                if graded.index < next || held.contains_key(&graded.index) {
-                    return Err(ClientError::Protocol(format!(
-                        "two verdicts for case {}",
-                        base + graded.index + 1
-                    ))
-                    .into());
-                }
-                held.insert(graded.index, graded);
-                while let Some(mut graded) = held.remove(&next) {
-                    next += 1;
-                    graded.index += base;
-                    on_result(graded).map_err(SolveError::Output)?;
-                }
-            }
-            if next != chunk.len() {
-                return Err(ClientError::Protocol(format!(
-                    "the stream ended after {next} of {} verdicts",
-                    chunk.len()
-                ))
-                .into());
-            }
-        }
-        Ok(())
-    })
-}
-
-fn runtime() -> Result<tokio::runtime::Runtime, ClientError> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ClientError> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -468,7 +429,10 @@ fn runtime() -> Result<tokio::runtime::Runtime, ClientError> {
 /// Turns a wire result into solver types, checking it against the puzzle:
 /// the sequence is replayed (and a `-1` confirmed), so a wrong answer from
 /// the cluster is an error, never printed.
-fn convert(result: v1::PuzzleResult, puzzles: &[Puzzle]) -> Result<RemoteSolved, ClientError> {
+pub(crate) fn convert(
+    result: v1::PuzzleResult,
+    puzzles: &[Puzzle],
+) -> Result<RemoteSolved, ClientError> {
     let index = result.index as usize;
     let id = result.id;
     let Some(puzzle) = puzzles.get(index) else {
@@ -522,64 +486,6 @@ pub enum SolveError<E> {
     Client(#[from] ClientError),
     #[error("{0}")]
     Output(E),
-}
-
-/// Solves `puzzles` on the cluster at `url` (with `security`'s token and
-/// TLS settings), calling `on_result` once per
-/// puzzle in input order, like `local::solve_in_order`. Blocks the calling
-/// thread (it runs its own small runtime). Stops at the first failure.
-pub fn solve_in_order<E>(
-    url: &str,
-    security: &Security,
-    priority: Option<v1::Priority>,
-    puzzles: &[Puzzle],
-    mut on_result: impl FnMut(RemoteSolved) -> Result<(), E>,
-) -> Result<(), SolveError<E>> {
-    let runtime = runtime()?;
-    runtime.block_on(async {
-        let mut client = Client::connect_with(url, security).await?;
-        client.set_priority(priority);
-        let total = puzzles.len();
-        for (chunk_no, chunk) in puzzles.chunks(REQUEST_CHUNK).enumerate() {
-            let base = chunk_no * REQUEST_CHUNK;
-            let named: Vec<(String, Puzzle)> = chunk
-                .iter()
-                .enumerate()
-                .map(|(i, p)| ((base + i + 1).to_string(), *p))
-                .collect();
-            let lost = |e: ClientError, received: usize| e.lost_if_gone(url, received, total);
-            let mut stream = client
-                .solve_stream(&named, true)
-                .await
-                .map_err(|e| lost(e, base))?;
-            let mut expected = 0;
-            while let Some(item) = stream.next().await {
-                let mut solved = item.map_err(|e| lost(e, base + expected))?;
-                if solved.index != expected {
-                    return Err(ClientError::Protocol(format!(
-                        "result {} arrived when {expected} was due",
-                        solved.index
-                    ))
-                    .into());
-                }
-                expected += 1;
-                solved.index += base;
-                on_result(solved).map_err(SolveError::Output)?;
-            }
-            if expected != chunk.len() {
-                // The stream ended cleanly but early: the coordinator went
-                // away without saying why.
-                return Err(ClientError::ConnectionLost {
-                    url: url.to_string(),
-                    received: base + expected,
-                    total,
-                    reason: "the result stream ended early".to_string(),
-                }
-                .into());
-            }
-        }
-        Ok(())
-    })
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ pub enum ServerError {
     #[error(
         "{} (waited {}s); start one with `colball-server worker --coordinator URL`",
         if *.ever { "no worker is connected: every worker that joined has left or was lost" } else { "no worker has joined the cluster" },
-        .waited.as_secs_f64()
+        tenths(*.waited)
     )]
     NoWorkers { waited: Duration, ever: bool },
     #[error("{0}")]
@@ -79,4 +79,10 @@ impl From<ServerError> for Status {
         };
         Status::new(code, e.to_string())
     }
+}
+
+/// Seconds to a tenth, without a trailing `.0`: `1`, `10.2`.
+fn tenths(d: Duration) -> String {
+    let text = format!("{:.1}", d.as_secs_f64());
+    text.strip_suffix(".0").map_or(text.clone(), str::to_string)
 }

@@ -94,12 +94,7 @@ fn router(shared: Arc<Shared>, shutdown: CancellationToken) -> Router {
 /// configured) with 401 and the same message the gRPC API gives.
 async fn require_token(State(app): State<App>, request: Request, next: Next) -> Response {
     let check = crate::auth::check_clients(app.shared.tokens().clone());
-    let header = bearer(request.headers());
-    let query = request
-        .uri()
-        .query()
-        .and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("token=")));
-    match check.verify(header.or(query)) {
+    match check.verify(token_of(request.headers(), request.uri())) {
         Ok(_) => next.run(request).await,
         Err(message) => (
             StatusCode::UNAUTHORIZED,
@@ -110,8 +105,18 @@ async fn require_token(State(app): State<App>, request: Request, next: Next) -> 
     }
 }
 
+/// The client token an HTTP request carries: `Authorization: Bearer T`,
+/// or `?token=T` (for a browser's page and its `EventSource`, which
+/// cannot send headers).
+pub(crate) fn token_of<'a>(headers: &'a HeaderMap, uri: &'a axum::http::Uri) -> Option<&'a str> {
+    bearer(headers).or_else(|| {
+        uri.query()
+            .and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("token=")))
+    })
+}
+
 /// The bearer token an HTTP request carries (`Authorization: Bearer T`).
-pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
+fn bearer(headers: &HeaderMap) -> Option<&str> {
     headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())

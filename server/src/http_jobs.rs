@@ -4,7 +4,7 @@
 //!
 //! - `POST /api/v1/jobs?priority=bulk&name=NAME`: the body is a puzzle
 //!   file (classic or JSON Lines, as `colball solve` reads); 201 with
-//!   `{"id": ..., "puzzles": N}` once every puzzle is stored;
+//!   `{"id": ..., "puzzles": N, "durable": B}` once every puzzle is stored;
 //! - `GET /api/v1/jobs`: the caller's jobs, newest first;
 //! - `GET /api/v1/jobs/ID`: one job;
 //! - `GET /api/v1/jobs/ID/results?from=N&follow=1`: its results in input
@@ -67,8 +67,9 @@ fn from_status(status: tonic::Status) -> Response {
 }
 
 /// Who calls: the name of the client token it sent, or its IP address
-/// without tokens (as `client_of` for gRPC calls). A missing or wrong
-/// token is refused with 401 before the handler runs.
+/// without tokens (as `client_of` for gRPC calls). The token comes as
+/// `Authorization: Bearer` or `?token=`; a missing or wrong one is refused
+/// with 401 before the handler runs.
 struct Caller(String);
 
 impl FromRequestParts<Arc<Shared>> for Caller {
@@ -79,7 +80,7 @@ impl FromRequestParts<Arc<Shared>> for Caller {
         shared: &Arc<Shared>,
     ) -> Result<Caller, Response> {
         let check = crate::auth::check_clients(shared.tokens().clone());
-        match check.verify(crate::http::bearer(&parts.headers)) {
+        match check.verify(crate::http::token_of(&parts.headers, &parts.uri)) {
             Ok(Some(name)) => Ok(Caller(name.to_string())),
             Ok(None) => Ok(Caller(
                 parts
@@ -159,12 +160,13 @@ async fn submit(
     let options = v1::JobOptions {
         priority: priority as i32,
         name: q.name,
+        fail_without_workers: false,
     };
     let chunks = tokio_stream::iter([Ok(puzzles)]);
     match jobs::submit_job(&shared, &client, options, chunks).await {
         Ok(row) => (
             StatusCode::CREATED,
-            Json(json!({ "id": row.id(), "puzzles": row.puzzles })),
+            Json(json!({ "id": row.id(), "puzzles": row.puzzles, "durable": shared.store().durable() })),
         )
             .into_response(),
         Err(status) => from_status(status),

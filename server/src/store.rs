@@ -26,6 +26,10 @@ use rusqlite::{Connection, OptionalExtension, params};
 pub const FILE_NAME: &str = "colball.sqlite3";
 
 const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS jobs (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     owner TEXT NOT NULL,
@@ -37,7 +41,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     errors INTEGER NOT NULL DEFAULT 0,
     created_ms INTEGER NOT NULL,
     finished_ms INTEGER NOT NULL DEFAULT 0,
-    failure TEXT NOT NULL DEFAULT ''
+    failure TEXT NOT NULL DEFAULT '',
+    fail_fast INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, seq);
 CREATE TABLE IF NOT EXISTS puzzles (
@@ -94,6 +99,8 @@ impl JobState {
 #[derive(Clone, Debug)]
 pub struct JobRow {
     pub seq: i64,
+    /// The id clients use (see [`Store::job_seq`]).
+    pub id: String,
     pub owner: String,
     pub name: String,
     pub priority: i32,
@@ -104,12 +111,14 @@ pub struct JobRow {
     pub created_ms: i64,
     pub finished_ms: i64,
     pub failure: String,
+    /// Fail the job when no worker is connected for the grace period
+    /// (`JobOptions.fail_without_workers`).
+    pub fail_fast: bool,
 }
 
 impl JobRow {
-    /// The id clients use.
     pub fn id(&self) -> String {
-        job_id(self.seq)
+        self.id.clone()
     }
 
     pub fn to_wire(&self) -> v1::Job {
@@ -127,16 +136,6 @@ impl JobRow {
             failure: self.failure.clone(),
         }
     }
-}
-
-/// The id of job number `seq`.
-pub fn job_id(seq: i64) -> String {
-    format!("j{seq}")
-}
-
-/// The number of a job id, if it is one.
-pub fn job_seq(id: &str) -> Option<i64> {
-    id.strip_prefix('j')?.parse().ok().filter(|n| *n > 0)
 }
 
 /// One puzzle of a job as submitted: parsed, or the error result it gets.
@@ -162,6 +161,10 @@ pub enum StoreError {
 pub struct Store {
     conn: Mutex<Connection>,
     path: Option<PathBuf>,
+    /// This database's random key, made when it was created: the tail of
+    /// every job id, so an id never names a job of another database (an
+    /// in-memory store restarted, whose numbers start again at 1).
+    instance: String,
 }
 
 fn pack_size(size: Size) -> i64 {
@@ -197,15 +200,37 @@ impl Store {
             None => Connection::open_in_memory(),
         }
         .map_err(|e| fail(e.to_string()))?;
-        let setup = || -> rusqlite::Result<String> {
+        enum Problem {
+            Damaged(String),
+            Sql(rusqlite::Error),
+        }
+        impl From<rusqlite::Error> for Problem {
+            fn from(e: rusqlite::Error) -> Problem {
+                Problem::Sql(e)
+            }
+        }
+        let setup = || -> Result<String, Problem> {
             conn.busy_timeout(std::time::Duration::from_secs(5))?;
             let check: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
             if check != "ok" {
-                return Ok(format!("the database is damaged: {check}"));
+                return Err(Problem::Damaged(format!(
+                    "the database is damaged: {check}"
+                )));
             }
             conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))?;
             conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = OFF;")?;
             conn.execute_batch(SCHEMA)?;
+            // A database of the first version has no `fail_fast` column.
+            let has_fail_fast: i64 = conn.query_row(
+                "SELECT COUNT(*) FROM pragma_table_info('jobs') WHERE name = 'fail_fast'",
+                [],
+                |r| r.get(0),
+            )?;
+            if has_fail_fast == 0 {
+                conn.execute_batch(
+                    "ALTER TABLE jobs ADD COLUMN fail_fast INTEGER NOT NULL DEFAULT 0",
+                )?;
+            }
             // Jobs whose puzzles never all arrived were never acknowledged.
             conn.execute(
                 "DELETE FROM puzzles WHERE job IN (SELECT seq FROM jobs WHERE state = 0)",
@@ -216,17 +241,46 @@ impl Store {
                 [],
             )?;
             conn.execute("DELETE FROM jobs WHERE state = 0", [])?;
-            Ok(String::new())
+            let fresh = format!("{:012x}", rand::random::<u64>() >> 16);
+            conn.execute(
+                "INSERT OR IGNORE INTO meta (key, value) VALUES ('instance', ?1)",
+                [fresh],
+            )?;
+            Ok(
+                conn.query_row("SELECT value FROM meta WHERE key = 'instance'", [], |r| {
+                    r.get(0)
+                })?,
+            )
         };
-        match setup() {
-            Ok(problem) if problem.is_empty() => {}
-            Ok(problem) => return Err(fail(problem)),
-            Err(e) => return Err(fail(e.to_string())),
-        }
+        let instance = match setup() {
+            Ok(instance) => instance,
+            Err(Problem::Damaged(problem)) => return Err(fail(problem)),
+            Err(Problem::Sql(e)) => return Err(fail(e.to_string())),
+        };
         Ok(Store {
             conn: Mutex::new(conn),
             path,
+            instance,
         })
+    }
+
+    /// The id of job number `seq`: `j12-3f9a0c7d12be`.
+    pub fn job_id(&self, seq: i64) -> String {
+        id_of(seq, &self.instance)
+    }
+
+    /// The number of a job id of this database, if it is one.
+    pub fn job_seq(&self, id: &str) -> Option<i64> {
+        let (seq, instance) = id.strip_prefix('j')?.split_once('-')?;
+        if instance != self.instance {
+            return None;
+        }
+        seq.parse().ok().filter(|n| *n > 0)
+    }
+
+    /// Whether the jobs outlive the process (the database is a file).
+    pub fn durable(&self) -> bool {
+        self.path.is_some()
     }
 
     /// The database file, if on disk.
@@ -244,12 +298,13 @@ impl Store {
         owner: &str,
         name: &str,
         priority: i32,
+        fail_fast: bool,
         now_ms: i64,
     ) -> Result<i64, StoreError> {
         let conn = self.conn();
         conn.execute(
-            "INSERT INTO jobs (owner, name, priority, state, puzzles, created_ms) VALUES (?1, ?2, ?3, 0, 0, ?4)",
-            params![owner, name, priority, now_ms],
+            "INSERT INTO jobs (owner, name, priority, state, puzzles, created_ms, fail_fast) VALUES (?1, ?2, ?3, 0, 0, ?4, ?5)",
+            params![owner, name, priority, now_ms, fail_fast as i64],
         )?;
         Ok(conn.last_insert_rowid())
     }
@@ -352,9 +407,9 @@ impl Store {
         let conn = self.conn();
         Ok(conn
             .query_row(
-                "SELECT seq, owner, name, priority, state, puzzles, solved, errors, created_ms, finished_ms, failure FROM jobs WHERE seq = ?1",
+                "SELECT seq, owner, name, priority, state, puzzles, solved, errors, created_ms, finished_ms, failure, fail_fast FROM jobs WHERE seq = ?1",
                 [job],
-                row,
+                |r| row(r, &self.instance),
             )
             .optional()?)
     }
@@ -363,9 +418,11 @@ impl Store {
     pub fn list(&self, owner: &str) -> Result<Vec<JobRow>, StoreError> {
         let conn = self.conn();
         let mut q = conn.prepare_cached(
-            "SELECT seq, owner, name, priority, state, puzzles, solved, errors, created_ms, finished_ms, failure FROM jobs WHERE owner = ?1 AND state != 0 ORDER BY seq DESC",
+            "SELECT seq, owner, name, priority, state, puzzles, solved, errors, created_ms, finished_ms, failure, fail_fast FROM jobs WHERE owner = ?1 AND state != 0 ORDER BY seq DESC",
         )?;
-        let rows = q.query_map([owner], row)?.collect::<Result<Vec<_>, _>>()?;
+        let rows = q
+            .query_map([owner], |r| row(r, &self.instance))?
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
     }
 
@@ -373,9 +430,11 @@ impl Store {
     pub fn unfinished(&self) -> Result<Vec<JobRow>, StoreError> {
         let conn = self.conn();
         let mut q = conn.prepare_cached(
-            "SELECT seq, owner, name, priority, state, puzzles, solved, errors, created_ms, finished_ms, failure FROM jobs WHERE state IN (1, 2) ORDER BY seq",
+            "SELECT seq, owner, name, priority, state, puzzles, solved, errors, created_ms, finished_ms, failure, fail_fast FROM jobs WHERE state IN (1, 2) ORDER BY seq",
         )?;
-        let rows = q.query_map([], row)?.collect::<Result<Vec<_>, _>>()?;
+        let rows = q
+            .query_map([], |r| row(r, &self.instance))?
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
     }
 
@@ -486,9 +545,15 @@ impl Store {
     }
 }
 
-fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRow> {
+fn id_of(seq: i64, instance: &str) -> String {
+    format!("j{seq}-{instance}")
+}
+
+fn row(r: &rusqlite::Row<'_>, instance: &str) -> rusqlite::Result<JobRow> {
+    let seq = r.get(0)?;
     Ok(JobRow {
-        seq: r.get(0)?,
+        seq,
+        id: id_of(seq, instance),
         owner: r.get(1)?,
         name: r.get(2)?,
         priority: r.get(3)?,
@@ -499,6 +564,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRow> {
         created_ms: r.get(8)?,
         finished_ms: r.get(9)?,
         failure: r.get(10)?,
+        fail_fast: r.get::<_, i64>(11)? != 0,
     })
 }
 
@@ -533,7 +599,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("colball-store-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let s = Store::open(Some(&dir)).unwrap();
-        let job = s.create("alice", "night run", 3, 1).unwrap();
+        let job = s.create("alice", "night run", 3, false, 1).unwrap();
         let all = entries(10);
         s.add(job, 0, &all[..6]).unwrap();
         s.add(job, 6, &all[6..]).unwrap();
@@ -572,7 +638,7 @@ mod tests {
         );
         assert_eq!(s.unfinished().unwrap().len(), 1);
         // A job whose puzzles never all arrived is gone after a reopen.
-        let half = s.create("bob", "", 3, 3).unwrap();
+        let half = s.create("bob", "", 3, false, 3).unwrap();
         s.add(half, 0, &all[..2]).unwrap();
         drop(s);
         let s = Store::open(Some(&dir)).unwrap();

@@ -90,13 +90,16 @@ async fn statuses_name_their_code_once() {
     };
     let cluster = LocalCluster::start(config, 0, 1).await.unwrap();
     let url = cluster.url();
-    assert_eq!(
-        solve(&url, &["--token", "let-me-in"]).await,
-        (
-            Some(1),
-            "colball: the cluster answered UNAVAILABLE: no worker has joined the cluster (waited 1s); start one with `colball-server worker --coordinator URL`\n"
-                .to_string()
-        )
+    // No worker: the job `solve --connect` runs fails as a batch would.
+    let (code, stderr) = solve(&url, &["--token", "let-me-in"]).await;
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.starts_with("colball: job j1-")
+            && stderr.ends_with(
+                " failed after 0 of 1 results: no worker has joined the cluster (waited 1s); start one with `colball-server worker --coordinator URL`\n"
+            )
+            && stderr.lines().count() == 1,
+        "{stderr}"
     );
     assert_eq!(
         solve(&url, &[]).await,

@@ -4,50 +4,86 @@
 //! naming the puzzle, with nothing wrong printed.
 
 use std::pin::Pin;
+use std::sync::Mutex;
 
 use colball_proto::puzzle_from_wire;
-use colball_proto::v1::solver_server::{Solver, SolverServer};
-use colball_proto::v1::{self, puzzle_result};
+use colball_proto::v1::jobs_server::{Jobs, JobsServer};
+use colball_proto::v1::{self, puzzle_result, submit_request};
 use colball_solver::BidirSearch;
 use tokio::net::TcpListener;
-use tokio_stream::Stream;
 use tokio_stream::wrappers::TcpListenerStream;
-use tonic::{Request, Response, Status};
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
 
 use crate::common::run as colball;
 
-/// Answers every puzzle truly except the one at `bad`, for which it sends
-/// `(moves, solution)`.
+/// A job service that answers every puzzle of its one job truly except the
+/// one at `bad`, for which it sends `(moves, solution)`.
 struct LyingCoordinator {
     bad: u64,
     lie: (i64, &'static str),
+    /// The job's puzzles, once submitted.
+    puzzles: Mutex<Vec<v1::Puzzle>>,
 }
 
 type Results = Pin<Box<dyn Stream<Item = Result<v1::PuzzleResult, Status>> + Send>>;
-type Verdicts = Pin<Box<dyn Stream<Item = Result<v1::GradeResult, Status>> + Send>>;
-type Events = Pin<Box<dyn Stream<Item = Result<v1::ClusterEvent, Status>> + Send>>;
 
 #[tonic::async_trait]
-impl Solver for LyingCoordinator {
-    async fn solve(
+impl Jobs for LyingCoordinator {
+    async fn submit(
         &self,
-        _: Request<v1::SolveRequest>,
-    ) -> Result<Response<v1::PuzzleResult>, Status> {
-        Err(Status::unimplemented("fake"))
+        request: Request<Streaming<v1::SubmitRequest>>,
+    ) -> Result<Response<v1::JobAccepted>, Status> {
+        let mut inbound = request.into_inner();
+        let mut puzzles = Vec::new();
+        while let Some(message) = inbound.next().await {
+            if let Some(submit_request::Kind::Puzzles(chunk)) = message?.kind {
+                puzzles.extend(chunk.puzzles);
+            }
+        }
+        let n = puzzles.len() as u64;
+        *self.puzzles.lock().unwrap() = puzzles;
+        Ok(Response::new(v1::JobAccepted {
+            id: "j1-fake".into(),
+            puzzles: n,
+            durable: true,
+        }))
     }
 
-    type SolveBatchStream = Results;
+    async fn get(&self, _: Request<v1::JobRef>) -> Result<Response<v1::Job>, Status> {
+        Err(Status::not_found("fake"))
+    }
 
-    async fn solve_batch(
+    async fn list(&self, _: Request<v1::ListJobsRequest>) -> Result<Response<v1::JobList>, Status> {
+        Ok(Response::new(v1::JobList::default()))
+    }
+
+    async fn cancel(&self, _: Request<v1::JobRef>) -> Result<Response<v1::Job>, Status> {
+        Ok(Response::new(v1::Job::default()))
+    }
+
+    async fn delete(
         &self,
-        request: Request<v1::SolveBatchRequest>,
+        _: Request<v1::JobRef>,
+    ) -> Result<Response<v1::DeleteJobResponse>, Status> {
+        Ok(Response::new(v1::DeleteJobResponse {}))
+    }
+
+    type ResultsStream = Results;
+
+    async fn results(
+        &self,
+        request: Request<v1::ResultsRequest>,
     ) -> Result<Response<Results>, Status> {
+        let from = request.into_inner().from_index as usize;
         let mut search = BidirSearch::new();
-        let results: Vec<Result<v1::PuzzleResult, Status>> = request
-            .into_inner()
+        let results: Vec<Result<v1::PuzzleResult, Status>> = self
             .puzzles
+            .lock()
+            .unwrap()
             .iter()
             .enumerate()
+            .skip(from)
             .map(|(i, wire)| {
                 let s = search.solve(&puzzle_from_wire(wire).unwrap());
                 let (moves, solution) = if i as u64 == self.bad {
@@ -69,18 +105,6 @@ impl Solver for LyingCoordinator {
             .collect();
         Ok(Response::new(Box::pin(tokio_stream::iter(results))))
     }
-
-    type GradeStream = Verdicts;
-
-    async fn grade(&self, _: Request<v1::GradeRequest>) -> Result<Response<Verdicts>, Status> {
-        Err(Status::unimplemented("fake"))
-    }
-
-    type WatchStream = Events;
-
-    async fn watch(&self, _: Request<v1::WatchRequest>) -> Result<Response<Events>, Status> {
-        Err(Status::unimplemented("fake"))
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -96,7 +120,11 @@ async fn answers_that_do_not_solve_their_puzzle_are_refused() {
         let url = format!("http://{}", listener.local_addr().unwrap());
         let server = tokio::spawn(
             tonic::transport::Server::builder()
-                .add_service(SolverServer::new(LyingCoordinator { bad: 1, lie }))
+                .add_service(JobsServer::new(LyingCoordinator {
+                    bad: 1,
+                    lie,
+                    puzzles: Mutex::default(),
+                }))
                 .serve_with_incoming(TcpListenerStream::new(listener)),
         );
         let out = tokio::task::spawn_blocking(move || {

@@ -26,10 +26,11 @@ use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::events::BatchEvents;
 use super::policy::Priority;
 use super::state::{NewTask, RequestSpec};
 use super::{Shared, client_of, events};
-use crate::store::{Entry, JobRow, JobState, Store, StoreError, job_id, job_seq};
+use crate::store::{Entry, JobRow, JobState, Store, StoreError};
 
 /// Puzzles of one job admitted to the scheduler at a time.
 pub const WINDOW: usize = 8192;
@@ -166,7 +167,8 @@ fn start(shared: &Arc<Shared>, seq: i64, stored: u64) {
 }
 
 /// Feeds a job's puzzles to the scheduler a window at a time, until every
-/// puzzle has a stored result or the job is cancelled.
+/// puzzle has a stored result or the job is cancelled. Watchers see the
+/// run as one batch (request `job`) of the puzzles it still had to solve.
 async fn feed(shared: Arc<Shared>, seq: i64, cancel: CancellationToken) {
     let store = shared.store.clone();
     let Ok(Some(row)) = blocking({
@@ -183,10 +185,33 @@ async fn feed(shared: Arc<Shared>, seq: i64, cancel: CancellationToken) {
         let store = store.clone();
         let _ = blocking(move || store.set_state(seq, JobState::Running, "", 0)).await;
     }
+    let remaining = row.puzzles.saturating_sub(row.solved + row.errors);
+    let mut events = BatchEvents::accept(
+        shared.events.clone(),
+        remaining as usize,
+        "job",
+        &priority.to_string(),
+        &row.owner,
+    );
+    let outcome = run_job(&shared, &row, priority, &cancel, &mut events).await;
+    events.finish(&outcome);
+}
+
+/// The body of [`feed`]; how the run ended, for its watchers.
+async fn run_job(
+    shared: &Arc<Shared>,
+    row: &JobRow,
+    priority: Priority,
+    cancel: &CancellationToken,
+    events: &mut BatchEvents,
+) -> String {
+    let seq = row.seq;
+    let store = shared.store.clone();
+    let stopped = || "cancelled or stopped".to_string();
     let mut after: Option<u64> = None;
     loop {
         if cancel.is_cancelled() || shared.shutting_down() {
-            return;
+            return stopped();
         }
         let window = {
             let store = store.clone();
@@ -194,7 +219,10 @@ async fn feed(shared: Arc<Shared>, seq: i64, cancel: CancellationToken) {
         };
         let window = match window {
             Ok(w) => w,
-            Err(e) => return fail(&shared, seq, &e.to_string()).await,
+            Err(e) => {
+                fail(shared, seq, &e.to_string()).await;
+                return e.to_string();
+            }
         };
         let Some(last) = window.last().map(|w| w.0) else {
             break;
@@ -203,16 +231,26 @@ async fn feed(shared: Arc<Shared>, seq: i64, cancel: CancellationToken) {
             .into_iter()
             .map(|(index, id, puzzle)| NewTask { index, id, puzzle })
             .collect();
-        match run_window(&shared, seq, &row.owner, priority, tasks, &cancel).await {
+        match run_window(shared, seq, &row.owner, priority, tasks, cancel, events).await {
             Ok(()) => after = Some(last),
-            Err(()) => {
-                // No worker (or shutting down): wait for one and retry the
-                // window; a job is not given up for lack of workers.
+            Err(status)
+                if row.fail_fast
+                    && status.code() == tonic::Code::Unavailable
+                    && !shared.shutting_down() =>
+            {
+                // No worker for the grace period, and someone waits.
+                fail(shared, seq, status.message()).await;
+                return status.message().to_string();
+            }
+            Err(_) => {
+                // No worker (or shutting down, or no room): wait for a
+                // worker and retry the window; a job is not given up for
+                // lack of workers unless it asked to be.
                 let mut workers = shared.workers.subscribe();
                 tokio::select! {
                     _ = workers.wait_for(|n| *n > 0) => {}
-                    () = cancel.cancelled() => return,
-                    () = shared.shutdown.cancelled() => return,
+                    () = cancel.cancelled() => return stopped(),
+                    () = shared.shutdown.cancelled() => return stopped(),
                 }
             }
         }
@@ -220,20 +258,22 @@ async fn feed(shared: Arc<Shared>, seq: i64, cancel: CancellationToken) {
     // Every puzzle was admitted and answered; wait until the last results
     // are stored, then the job is done.
     let Some(mut stored) = shared.runs.get(&seq).map(|r| r.stored.subscribe()) else {
-        return;
+        return stopped();
     };
     let total = row.puzzles;
     tokio::select! {
         _ = stored.wait_for(|n| *n >= total) => {}
-        () = cancel.cancelled() => return,
+        () = cancel.cancelled() => return stopped(),
     }
     let _ = blocking(move || store.set_state(seq, JobState::Done, "", events::unix_ms())).await;
     shared.runs.remove(&seq);
-    tracing::info!(job = %job_id(seq), puzzles = total, "job done");
+    tracing::info!(job = %shared.store.job_id(seq), puzzles = total, "job done");
+    "complete".to_string()
 }
 
 /// Admits one window as a request and sends its results to the writer.
-/// `Err` when the request failed as a whole (no worker, shutdown).
+/// `Err` when the request failed as a whole (no worker, shutdown, no
+/// room).
 async fn run_window(
     shared: &Arc<Shared>,
     job: i64,
@@ -241,12 +281,15 @@ async fn run_window(
     priority: Priority,
     tasks: Vec<NewTask>,
     cancel: &CancellationToken,
-) -> Result<(), ()> {
+    events: &mut BatchEvents,
+) -> Result<(), Status> {
     let mut to_solve = Vec::with_capacity(tasks.len());
     for t in tasks {
         match shared.cache.get(&t.puzzle) {
             Some(a) => {
-                let _ = shared.writer.send((job, a.to_result(t.id, t.index)));
+                let result = a.to_result(t.id, t.index);
+                events.result(&result);
+                let _ = shared.writer.send((job, result));
             }
             None => to_solve.push(t),
         }
@@ -260,9 +303,10 @@ async fn run_window(
         priority,
         total: n,
     };
-    let mut stream = shared
-        .admit_request(spec, to_solve)
-        .map_err(|e| tracing::warn!(error = %e, "job window not admitted"))?;
+    let mut stream = shared.admit_request(spec, to_solve).map_err(|e| {
+        tracing::warn!(error = %e, "job window not admitted");
+        Status::from(e)
+    })?;
     let mut got = 0;
     while got < n {
         let event = tokio::select! {
@@ -273,9 +317,11 @@ async fn run_window(
             Some(Ok(result)) => {
                 got += 1;
                 stream.sent(1);
+                events.result(&result);
                 let _ = shared.writer.send((job, result));
             }
-            Some(Err(_)) | None => return Err(()),
+            Some(Err(status)) => return Err(status),
+            None => return Err(Status::unavailable("the window's stream ended early")),
         }
     }
     Ok(())
@@ -307,8 +353,10 @@ pub async fn submit_job(
     check_room(shared).await?;
     let store = shared.store.clone();
     let (owner, name) = (client.to_string(), options.name.clone());
+    let fail_fast = options.fail_without_workers;
     let seq =
-        blocking(move || store.create(&owner, &name, wire_priority, events::unix_ms())).await?;
+        blocking(move || store.create(&owner, &name, wire_priority, fail_fast, events::unix_ms()))
+            .await?;
     let limit = shared.config.max_job_puzzles;
     let mut count: u64 = 0;
     let outcome: Result<(), Status> = async {
@@ -461,7 +509,7 @@ pub async fn delete_job(shared: &Arc<Shared>, id: &str, client: &str) -> Result<
 /// The job `id` if it belongs to `client`; NOT_FOUND otherwise (whether it
 /// exists or not, so ids do not leak).
 pub async fn owned(shared: &Arc<Shared>, id: &str, client: &str) -> Result<JobRow, Status> {
-    let seq = job_seq(id).ok_or_else(|| not_found(id))?;
+    let seq = shared.store.job_seq(id).ok_or_else(|| not_found(id))?;
     let store = shared.store.clone();
     let row = blocking(move || store.job(seq)).await?;
     match row {
@@ -497,6 +545,7 @@ impl Jobs for JobsService {
         Ok(Response::new(v1::JobAccepted {
             id: row.id(),
             puzzles: row.puzzles,
+            durable: self.shared.store.durable(),
         }))
     }
 

@@ -679,7 +679,7 @@ impl RequestStream {
 impl Drop for RequestStream {
     fn drop(&mut self) {
         let id = self.id;
-        self.shared.run(|s| ((), s.end_request(id)));
+        self.shared.run(|s| ((), s.end_request(id, Instant::now())));
         self.shared.outboxes.remove(&id);
     }
 }

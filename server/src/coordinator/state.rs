@@ -668,8 +668,10 @@ impl State {
     /// Ends a request (its stream finished, or its client went away): its
     /// queued tasks are dropped and its running ones cancelled on their
     /// workers, except tasks another request follows, which that request
-    /// takes over. The workers' credit comes back when they report.
-    pub fn end_request(&mut self, request: u64) -> Effects {
+    /// takes over (a queued one at the head of the queue, dispatched at
+    /// once if a worker has credit). The workers' credit for cancelled
+    /// tasks comes back when they report.
+    pub fn end_request(&mut self, request: u64, now: Instant) -> Effects {
         let mut effects = Vec::new();
         let Some(r) = self.requests.remove(&request) else {
             return effects;
@@ -705,6 +707,7 @@ impl State {
         for (worker, tasks) in cancels {
             effects.push(Effect::Cancel { worker, tasks });
         }
+        self.dispatch(now, None, &mut effects);
         effects
     }
 
@@ -1754,7 +1757,7 @@ mod tests {
         assert_eq!(s.snapshot().held, 50);
         s.admit(11, spec("c", Priority::Normal, 30), tasks(30), now)
             .unwrap();
-        let e = s.end_request(10);
+        let e = s.end_request(10, now);
         assert_eq!(cancels(&e), vec![more[0].1.task_id]);
         assert_eq!(s.snapshot().held, 30);
     }
@@ -1841,7 +1844,7 @@ mod tests {
         assert_eq!(s.snapshot().pending, 3);
         // The first client goes away: the tasks carry on for the second,
         // and the worker is told to cancel nothing.
-        assert!(cancels(&s.end_request(10)).is_empty());
+        assert!(cancels(&s.end_request(10, now)).is_empty());
         assert_eq!(s.snapshot().pending, 3);
         let mut got = Vec::new();
         for (_, t) in &held {
@@ -1870,9 +1873,9 @@ mod tests {
         );
         s.admit(11, spec("b", Priority::Normal, 2), tasks(2), now)
             .unwrap();
-        assert!(cancels(&s.end_request(10)).is_empty());
+        assert!(cancels(&s.end_request(10, now)).is_empty());
         let ids: Vec<u64> = held.iter().map(|(_, t)| t.task_id).collect();
-        assert_eq!(cancels(&s.end_request(11)), ids);
+        assert_eq!(cancels(&s.end_request(11, now)), ids);
         assert_eq!(s.snapshot().pending, 0);
         assert_eq!(s.snapshot().counters.cancelled, 2);
     }
@@ -2315,7 +2318,7 @@ mod tests {
 
             /// Every request whose results are all in (or that failed) is
             /// ended by its stream, as the driver's forwarder does.
-            fn finish(&mut self, s: &mut State) {
+            fn finish(&mut self, s: &mut State, now: Instant) {
                 for &r in &self.requests.clone() {
                     if self.ended.contains(&r) {
                         continue;
@@ -2323,7 +2326,7 @@ mod tests {
                     let got = self.results.get(&r).map_or(0, |m| m.len());
                     let total = self.totals[&r];
                     if self.failed.contains(&r) || got == total {
-                        let e = s.end_request(r);
+                        let e = s.end_request(r, now);
                         self.ended.insert(r);
                         self.apply(e);
                     }
@@ -2480,7 +2483,7 @@ mod tests {
                             continue;
                         };
                         if w.ended.insert(r) {
-                            let e = s.end_request(r);
+                            let e = s.end_request(r, now);
                             w.apply(e);
                         }
                     }
@@ -2500,7 +2503,7 @@ mod tests {
                         w.tick(&mut s, now);
                     }
                 }
-                w.finish(&mut s);
+                w.finish(&mut s, now);
                 s.check_invariants();
                 check_world(&s, &w);
             }
@@ -2545,7 +2548,7 @@ mod tests {
                 }
                 now += Duration::from_millis(100);
                 w.tick(&mut s, now);
-                w.finish(&mut s);
+                w.finish(&mut s, now);
                 s.check_invariants();
                 check_world(&s, &w);
                 if w.requests.iter().all(|r| w.ended.contains(r)) {

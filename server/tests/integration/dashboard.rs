@@ -12,7 +12,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::common::four_by_four;
-use colball_client::remote::Client;
+use colball_client::jobs::Jobs;
+use colball_client::remote::{Client, Security};
 use colball_server::coordinator::Config;
 use colball_server::testing::LocalCluster;
 use futures_util::{SinkExt, StreamExt};
@@ -159,6 +160,12 @@ impl DevTools {
             answered: Number(document.getElementById("answered").textContent),
             names: [...document.querySelectorAll("tr.worker")].map(r => r.dataset.name),
             results: document.querySelectorAll("#results tr:not(:has(.empty))").length,
+            jobs: [...document.querySelectorAll("tr.job")].map(r => ({
+                id: r.dataset.id,
+                state: r.className.split(" ")[1],
+                percent: Number(r.dataset.percent),
+                width: r.querySelector(".bar > div").style.width,
+            })),
             queued: ["interactive", "normal", "bulk"]
                 .map(c => Number(document.getElementById("queued-" + c).textContent)),
             charts: Object.fromEntries(["throughput", "latency", "queue", "moves"].map(c => {
@@ -220,9 +227,20 @@ struct Shown {
     answered: u64,
     names: Vec<String>,
     results: u64,
+    jobs: Vec<JobShown>,
     /// The queue tiles: interactive, normal, bulk.
     queued: Vec<u64>,
     charts: Charts,
+}
+
+/// A row of the jobs table.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+struct JobShown {
+    id: String,
+    state: String,
+    percent: f64,
+    /// The progress bar's fill, as a CSS width.
+    width: String,
 }
 
 /// What each chart says it drew.
@@ -333,6 +351,38 @@ async fn the_dashboard_shows_workers_joining_and_answers_rising_live() {
     assert!(
         c.moves.points >= 5 && c.moves.drawn == c.moves.points,
         "{c:?}"
+    );
+
+    // A job: listed with a progress bar that fills as it runs, green when
+    // done.
+    assert!(drawn.jobs.is_empty(), "{:?}", drawn.jobs);
+    let mut jobs = Jobs::connect(&cluster.url(), &Security::default())
+        .await
+        .unwrap();
+    let id = jobs
+        .submit(&four_by_four(10, 1500), None, "nightly")
+        .await
+        .unwrap()
+        .id;
+    seen.clear();
+    let finished = page
+        .until(&mut seen, |s| {
+            s.jobs.first().is_some_and(|j| j.state == "done")
+        })
+        .await;
+    let job = &finished.jobs[0];
+    assert_eq!((job.id.as_str(), job.percent), (id.as_str(), 100.0));
+    assert_eq!(job.width, "100%");
+    let partial: Vec<f64> = seen
+        .iter()
+        .filter_map(|s| s.jobs.first())
+        .map(|j| j.percent)
+        .filter(|p| *p > 0.0 && *p < 100.0)
+        .collect();
+    assert!(
+        !partial.is_empty(),
+        "the bar showed the job part done: {:?}",
+        seen.iter().map(|s| &s.jobs).collect::<Vec<_>>()
     );
     let png = page.screenshot().await;
     let (width, height) = png_size(&png);
