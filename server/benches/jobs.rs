@@ -20,23 +20,11 @@ use colball_client::jobs::Jobs;
 use colball_client::remote::{Client, Security};
 use colball_server::coordinator::Config;
 use colball_server::testing::LocalCluster;
-use colball_solver::generate::Generator;
 use colball_solver::{Puzzle, Size};
 
 mod common;
 
-use common::{batch, count_all, env};
-
-fn small(seed: u64, n: usize) -> Vec<(String, Puzzle)> {
-    let mut g = Generator::new(seed);
-    let sizes: Vec<Size> = Size::ALL.into_iter().filter(|s| s.cells() <= 12).collect();
-    (0..n)
-        .map(|i| {
-            let size = g.pick(&sizes);
-            (format!("s{i}"), g.uniform(size))
-        })
-        .collect()
-}
+use common::{batch, count_all, env, small};
 
 async fn via_batch(url: &str, puzzles: &[(String, Puzzle)]) -> f64 {
     let mut client = Client::connect(url).await.unwrap();

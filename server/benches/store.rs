@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 
 use colball_client::jobs::Jobs;
 use colball_client::remote::{Client, REQUEST_CHUNK, Security};
-use colball_solver::generate::Generator;
 use colball_solver::{Puzzle, Size};
 
 mod common;
@@ -32,17 +31,9 @@ mod common;
 #[path = "../tests/common/procs.rs"]
 mod procs;
 
-use common::{batch, count_all, env};
+use common::{batch, count_all, env, small};
 
 const BIN: &str = env!("CARGO_BIN_EXE_colball-server");
-
-fn small(seed: u64, n: usize) -> Vec<(String, Puzzle)> {
-    let mut g = Generator::new(seed);
-    let sizes: Vec<Size> = Size::ALL.into_iter().filter(|s| s.cells() <= 12).collect();
-    (0..n)
-        .map(|i| (format!("s{i}"), g.uniform(g.pick(&sizes))))
-        .collect()
-}
 
 /// CPU seconds (user + system) the process `pid` has used.
 fn cpu_seconds(pid: u32) -> f64 {
@@ -84,7 +75,7 @@ async fn via_job(url: &str, puzzles: &[(String, Puzzle)]) {
 }
 
 /// Microseconds of coordinator CPU per puzzle while `run` runs.
-async fn cpu_per_puzzle(pid: u32, n: usize, run: impl std::future::Future<Output = ()>) -> f64 {
+async fn cpu_per_puzzle(pid: u32, n: usize, run: impl Future<Output = ()>) -> f64 {
     let before = cpu_seconds(pid);
     run.await;
     1e6 * (cpu_seconds(pid) - before) / n as f64

@@ -112,8 +112,10 @@ struct CoordinatorArgs {
     /// they finished.
     #[arg(long, default_value_t = 168.0)]
     job_retention_hours: f64,
-    /// Refuse new jobs (RESOURCE_EXHAUSTED) once the job store takes this
-    /// many MiB (default: no limit).
+    /// Refuse new jobs (RESOURCE_EXHAUSTED) once the job store's data
+    /// takes this many MiB; the database may not grow past twice this, and
+    /// a job whose results do not fit fails, saying so (default: no
+    /// limit).
     #[arg(long, value_name = "MIB")]
     max_store_mib: Option<u64>,
     /// Named client tokens: a file of `NAME TOKEN` lines (blank lines and

@@ -151,9 +151,25 @@ pub enum StoreError {
     #[error("the job database {path}: {reason}")]
     Open { path: String, reason: String },
     #[error("the job store failed: {0}")]
-    Sql(#[from] rusqlite::Error),
+    Sql(rusqlite::Error),
+    /// SQLite's "database or disk is full": past its cap (twice
+    /// `--max-store-mib`) or out of disk.
+    #[error(
+        "the job store is full: the database may not grow past twice --max-store-mib, or the disk is full ({0})"
+    )]
+    Full(rusqlite::Error),
     #[error("the job store's task failed: {0}")]
     Task(String),
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> StoreError {
+        if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
+            StoreError::Full(e)
+        } else {
+            StoreError::Sql(e)
+        }
+    }
 }
 
 /// See the module documentation.
@@ -179,10 +195,11 @@ fn unpack(size: i64, start: i64, target: i64) -> Option<Puzzle> {
 }
 
 impl Store {
-    /// Opens (or creates) the database in `dir`, or an in-memory one. A
-    /// file that is not a database, is damaged, or cannot be written is an
-    /// error naming the file and what is wrong.
-    pub fn open(dir: Option<&Path>) -> Result<Store, StoreError> {
+    /// Opens (or creates) the database in `dir`, or an in-memory one, that
+    /// may not grow past `cap` bytes (then writes fail with
+    /// [`StoreError::Full`]). A file that is not a database, is damaged, or
+    /// cannot be written is an error naming the file and what is wrong.
+    pub fn open(dir: Option<&Path>, cap: Option<u64>) -> Result<Store, StoreError> {
         let path = dir.map(|d| d.join(FILE_NAME));
         let shown = path
             .as_ref()
@@ -246,11 +263,19 @@ impl Store {
                 "INSERT OR IGNORE INTO meta (key, value) VALUES ('instance', ?1)",
                 [fresh],
             )?;
-            Ok(
+            if let Some(cap) = cap {
+                let page: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+                let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+                let max = (i64::try_from(cap).unwrap_or(i64::MAX) / page).max(pages + 1);
+                conn.query_row(&format!("PRAGMA max_page_count = {max}"), [], |r| {
+                    r.get::<_, i64>(0)
+                })?;
+            }
+            let instance =
                 conn.query_row("SELECT value FROM meta WHERE key = 'instance'", [], |r| {
                     r.get(0)
-                })?,
-            )
+                })?;
+            Ok(instance)
         };
         let instance = match setup() {
             Ok(instance) => instance,
@@ -368,12 +393,14 @@ impl Store {
             .ok_or(StoreError::Sql(rusqlite::Error::QueryReturnedNoRows))
     }
 
-    /// Bytes the database takes (its pages; the WAL aside).
+    /// Bytes the database's data takes: its pages less the free ones
+    /// (which deleted jobs leave and new ones reuse); the WAL aside.
     pub fn size_bytes(&self) -> Result<u64, StoreError> {
         let conn = self.conn();
         let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+        let free: i64 = conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
         let size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
-        Ok((pages * size) as u64)
+        Ok(((pages - free).max(0) * size) as u64)
     }
 
     /// Deletes the jobs that finished before `before_ms`; returns how many.
@@ -595,10 +622,41 @@ mod tests {
     }
 
     #[test]
+    fn a_capped_store_refuses_writes_past_its_cap_and_reuses_freed_room() {
+        let cap = 256 * 1024;
+        let s = Store::open(None, Some(cap)).unwrap();
+        let empty = s.size_bytes().unwrap();
+        let mut jobs = Vec::new();
+        let full = loop {
+            let job = s.create("a", "", 3, false, 1).unwrap();
+            jobs.push(job);
+            let stored = s.add(job, 0, &entries(500)).and_then(|()| {
+                let results: Vec<_> = (0..500).map(|i| (job, solved(i))).collect();
+                s.put_results(&results)
+            });
+            match stored {
+                Ok(_) => assert!(jobs.len() < 100, "never full"),
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(full, StoreError::Full(_)), "{full}");
+        assert!(full.to_string().contains("--max-store-mib"), "{full}");
+        let size = s.size_bytes().unwrap();
+        assert!(size <= cap && size > cap / 2, "{size} of {cap}");
+        // Deleting jobs frees their pages: the data shrinks and fits again.
+        for job in &jobs {
+            s.delete(*job).unwrap();
+        }
+        assert!(s.size_bytes().unwrap() <= empty + 8192);
+        let job = s.create("a", "", 3, false, 1).unwrap();
+        s.add(job, 0, &entries(500)).unwrap();
+    }
+
+    #[test]
     fn jobs_round_trip_and_survive_a_reopen() {
         let dir = std::env::temp_dir().join(format!("colball-store-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let s = Store::open(Some(&dir)).unwrap();
+        let s = Store::open(Some(&dir), None).unwrap();
         let job = s.create("alice", "night run", 3, false, 1).unwrap();
         let all = entries(10);
         s.add(job, 0, &all[..6]).unwrap();
@@ -630,7 +688,7 @@ mod tests {
         assert_eq!(s.pending(job, None, 100).unwrap().len(), 7);
         assert_eq!(s.pending(job, Some(3), 100).unwrap()[0].0, 4);
         drop(s);
-        let s = Store::open(Some(&dir)).unwrap();
+        let s = Store::open(Some(&dir), None).unwrap();
         let row = s.job(job).unwrap().unwrap();
         assert_eq!(
             (row.solved, row.errors, row.owner.as_str()),
@@ -641,7 +699,7 @@ mod tests {
         let half = s.create("bob", "", 3, false, 3).unwrap();
         s.add(half, 0, &all[..2]).unwrap();
         drop(s);
-        let s = Store::open(Some(&dir)).unwrap();
+        let s = Store::open(Some(&dir), None).unwrap();
         assert!(s.job(half).unwrap().is_none());
         assert!(s.size_bytes().unwrap() > 0);
         // Retention: only finished jobs, finished before the cut, go.
@@ -662,7 +720,7 @@ mod tests {
             b"this is not a database, just some text".repeat(200),
         )
         .unwrap();
-        let e = Store::open(Some(&dir)).unwrap_err().to_string();
+        let e = Store::open(Some(&dir), None).unwrap_err().to_string();
         assert!(e.contains(FILE_NAME), "{e}");
         assert!(e.contains("not a database"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();

@@ -19,6 +19,19 @@ pub fn batch(seed: u64, size: Size, n: usize) -> Vec<(String, Puzzle)> {
     (0..n).map(|i| (format!("p{i}"), g.uniform(size))).collect()
 }
 
+/// `n` uniformly random puzzles of every size up to 12 cells, named `s0..`.
+#[allow(dead_code)] // each bench includes this module; not all of them use it
+pub fn small(seed: u64, n: usize) -> Vec<(String, Puzzle)> {
+    let mut g = Generator::new(seed);
+    let sizes: Vec<Size> = Size::ALL.into_iter().filter(|s| s.cells() <= 12).collect();
+    (0..n)
+        .map(|i| {
+            let size = g.pick(&sizes);
+            (format!("s{i}"), g.uniform(size))
+        })
+        .collect()
+}
+
 /// Reads a result stream to its end, every item an answer; how many came.
 #[allow(dead_code)] // each bench includes this module; not all of them use it
 pub async fn count_all<T, E: std::fmt::Debug>(stream: impl Stream<Item = Result<T, E>>) -> usize {

@@ -52,7 +52,10 @@ pub type ToWrite = (i64, v1::PuzzleResult);
 impl From<StoreError> for Status {
     fn from(e: StoreError) -> Status {
         tracing::error!(error = %e, "job store");
-        Status::internal(e.to_string())
+        match e {
+            StoreError::Full(_) => Status::resource_exhausted(e.to_string()),
+            _ => Status::internal(e.to_string()),
+        }
     }
 }
 
@@ -75,7 +78,12 @@ pub async fn writer(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<ToWrite
             *counts.entry(*job).or_default() += 1;
         }
         let store = shared.store.clone();
-        match blocking(move || store.put_results(&batch)).await {
+        let written = blocking(move || Ok((store.put_results(&batch), batch))).await;
+        let (outcome, batch) = match written {
+            Ok(written) => written,
+            Err(e) => (Err(e), Vec::new()),
+        };
+        match outcome {
             Ok(_) => {
                 for (job, n) in counts {
                     if let Some(run) = shared.runs.get(&job) {
@@ -83,10 +91,34 @@ pub async fn writer(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<ToWrite
                     }
                 }
             }
-            Err(e) => {
-                tracing::error!(error = %e, "results not stored; failing their jobs");
+            Err(e) if batch.is_empty() => {
+                // The task itself failed, and took the group with it.
                 for job in counts.into_keys() {
-                    fail(&shared, job, &format!("the job store failed: {e}")).await;
+                    fail(&shared, job, &format!("results could not be stored: {e}")).await;
+                }
+            }
+            Err(e) => {
+                // Once more a job at a time: only the jobs whose results
+                // cannot be stored fail; the others go on.
+                tracing::warn!(error = %e, "a group of results not stored; storing it job by job");
+                let mut by_job: BTreeMap<i64, Vec<ToWrite>> = BTreeMap::new();
+                for item in batch {
+                    by_job.entry(item.0).or_default().push(item);
+                }
+                for (job, results) in by_job {
+                    let n = results.len() as u64;
+                    let store = shared.store.clone();
+                    match blocking(move || store.put_results(&results)).await {
+                        Ok(_) => {
+                            if let Some(run) = shared.runs.get(&job) {
+                                run.stored.send_modify(|stored| *stored += n);
+                            }
+                        }
+                        Err(e) => {
+                            tracing::error!(job = %shared.store.job_id(job), error = %e, "results not stored; the job fails");
+                            fail(&shared, job, &format!("results could not be stored: {e}")).await;
+                        }
+                    }
                 }
             }
         }
@@ -614,7 +646,11 @@ impl Jobs for JobsService {
     }
 }
 
-/// The store for a coordinator's config.
-pub fn open_store(dir: Option<&std::path::Path>) -> Result<Arc<Store>, StoreError> {
-    Store::open(dir).map(Arc::new)
+/// The store for a coordinator's config: capped at twice
+/// `--max-store-mib`, room for the results of jobs admitted under it.
+pub fn open_store(
+    dir: Option<&std::path::Path>,
+    limit: Option<u64>,
+) -> Result<Arc<Store>, StoreError> {
+    Store::open(dir, limit.map(|l| l.saturating_mul(2))).map(Arc::new)
 }

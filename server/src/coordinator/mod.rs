@@ -231,7 +231,7 @@ impl Shared {
             config.client_tokens_file.clone(),
         )?;
         let events = Arc::new(EventLog::new(config.events_retained));
-        let store = jobs::open_store(config.data_dir.as_deref())?;
+        let store = jobs::open_store(config.data_dir.as_deref(), config.max_store_bytes)?;
         let (writer, writer_rx) = mpsc::unbounded_channel();
         Ok(Arc::new(Shared {
             store,

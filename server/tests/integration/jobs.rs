@@ -284,6 +284,60 @@ async fn a_full_store_refuses_new_jobs_naming_the_flag() {
     cluster.shutdown().await;
 }
 
+/// The store is capped at twice `--max-store-mib`: a job accepted under
+/// the limit whose results outgrow the cap fails, saying so; the stored
+/// results stay readable, and the coordinator serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_fills_up_mid_job_fails_that_job_and_serves_on() {
+    let config = Config {
+        max_store_bytes: Some(96 * 1024),
+        cache_capacity: 0,
+        ..quick()
+    };
+    let cluster = LocalCluster::start(config, 1, 2).await.unwrap();
+    let mut jobs = Jobs::connect(&cluster.url(), &Security::default())
+        .await
+        .unwrap();
+    let (puzzles, answers) = mixed(45, 2500, 0);
+    let id = jobs.submit(&puzzles, None, "big").await.unwrap().id;
+    let got = read(&mut jobs, &id, 0, true, usize::MAX).await;
+    let job = jobs.get(&id).await.unwrap();
+    assert_eq!(job.state, v1::JobState::Failed as i32, "{job:?}");
+    assert!(
+        job.failure.contains("the job store is full") && job.failure.contains("--max-store-mib"),
+        "{}",
+        job.failure
+    );
+    assert!(
+        !got.is_empty() && got.len() < puzzles.len(),
+        "{}",
+        got.len()
+    );
+    for (r, answer) in got.iter().zip(&answers) {
+        assert_eq!(moves(r), *answer);
+    }
+    println!(
+        "store full after {} of {} results",
+        got.len(),
+        puzzles.len()
+    );
+    // Batches are still solved...
+    let mut client = colball_client::remote::Client::connect(&cluster.url())
+        .await
+        .unwrap();
+    crate::common::solves(&mut client, 46, 200).await;
+    // ... and once the failed job is deleted, its room is reused.
+    jobs.delete(&id).await.unwrap();
+    let (small, _) = mixed(47, 100, 0);
+    let id = jobs.submit(&small, None, "").await.unwrap().id;
+    assert_eq!(read(&mut jobs, &id, 0, true, usize::MAX).await.len(), 100);
+    assert_eq!(
+        jobs.get(&id).await.unwrap().state,
+        v1::JobState::Done as i32
+    );
+    cluster.shutdown().await;
+}
+
 /// One HTTP/1.0 request: the status code and the body.
 async fn http(
     addr: std::net::SocketAddr,
