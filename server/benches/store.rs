@@ -97,12 +97,12 @@ async fn main() {
     let data = dir.to_str().unwrap().to_string();
     let mut c = coordinator(bin, "127.0.0.1:0", &data);
     let listen = c.addr.to_string();
-    let _w = procs::worker(
-        bin,
-        &c.url,
-        "w",
-        procs::Stderr::Quiet,
-        &["--threads", &threads],
+    let _w = procs::Proc(
+        std::process::Command::new(bin)
+            .env("RUST_LOG", "error")
+            .args(["worker", "--coordinator", &c.url, "--threads", &threads])
+            .spawn()
+            .unwrap(),
     );
     procs::wait_metric(&c.http, "workers", |n| n == 1).await;
     println!(
