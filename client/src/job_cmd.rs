@@ -39,6 +39,12 @@ enum JobCommand {
         /// A name for people.
         #[arg(long, default_value = "")]
         name: String,
+        /// Let results come in the order they are solved, not input order:
+        /// `job results` then prints them as they were stored, as JSON
+        /// Lines (each names its puzzle), and `--from N` skips the first N
+        /// of that order.
+        #[arg(long)]
+        any_order: bool,
     },
     /// A job's state and counts.
     Status {
@@ -96,7 +102,8 @@ pub fn run(args: JobArgs) -> Result<ExitCode> {
                 input,
                 priority,
                 name,
-            } => submit(&mut jobs, input, priority, &name).await,
+                any_order,
+            } => submit(&mut jobs, input, priority, &name, any_order).await,
             JobCommand::Status { id, format } => {
                 let job = jobs.get(&id).await?;
                 print_jobs(&[job], format)?;
@@ -132,6 +139,7 @@ async fn submit(
     input: Option<PathBuf>,
     priority: Option<PriorityArg>,
     name: &str,
+    any_order: bool,
 ) -> Result<ExitCode> {
     let (bytes, shown) = read_input(input.as_ref())?;
     let mut puzzles = Vec::new();
@@ -168,9 +176,13 @@ async fn submit(
         eprintln!("colball: {shown} holds no puzzle: nothing submitted");
         return Ok(ExitCode::FAILURE);
     }
-    let accepted = jobs
-        .submit(&puzzles, PriorityArg::wire(priority), name)
-        .await?;
+    let options = v1::JobOptions {
+        priority: PriorityArg::wire(priority).unwrap_or(v1::Priority::Unspecified) as i32,
+        name: name.to_string(),
+        fail_without_workers: false,
+        any_order,
+    };
+    let accepted = jobs.submit_with(&puzzles, options).await?;
     eprintln!(
         "colball: job {} stored: {} puzzles",
         accepted.id, accepted.puzzles
@@ -198,17 +210,33 @@ async fn results(
     moves: bool,
     output: OutputFormat,
 ) -> Result<ExitCode> {
+    let any_order = jobs.get(id).await?.any_order;
+    if any_order && matches!(output, OutputFormat::Classic) {
+        eprintln!(
+            "colball: job {id} takes its results in any order (submitted with --any-order): read them with --output jsonl, where each line names its puzzle"
+        );
+        return Ok(ExitCode::from(2));
+    }
     let mut stream = jobs.results(id, from, wait).await?;
     let mut out = BufWriter::new(io::stdout().lock());
     let mut errors = 0;
     let mut next = from;
+    let mut seen = std::collections::HashSet::new();
     while let Some(r) = stream.next().await {
         let r = r?;
-        anyhow::ensure!(
-            r.index == next,
-            "the cluster sent result {} when {next} was due",
-            r.index
-        );
+        if any_order {
+            anyhow::ensure!(
+                seen.insert(r.index),
+                "the cluster sent result {} twice",
+                r.index
+            );
+        } else {
+            anyhow::ensure!(
+                r.index == next,
+                "the cluster sent result {} when {next} was due",
+                r.index
+            );
+        }
         next += 1;
         match (&r.outcome, output) {
             (Some(puzzle_result::Outcome::Solved(s)), OutputFormat::Classic) => {

@@ -45,7 +45,7 @@ impl Jobs {
         let options = v1::JobOptions {
             priority: priority.unwrap_or(v1::Priority::Unspecified) as i32,
             name: name.to_string(),
-            fail_without_workers: false,
+            ..v1::JobOptions::default()
         };
         self.submit_with(puzzles, options).await
     }
@@ -163,6 +163,7 @@ pub fn job_json(job: &v1::Job) -> serde_json::Value {
         "created_unix_ms": job.created_unix_ms,
         "finished_unix_ms": job.finished_unix_ms,
         "failure": job.failure,
+        "any_order": job.any_order,
     })
 }
 
@@ -336,6 +337,7 @@ impl Follower<'_> {
             name: self.run.name.clone(),
             // Someone waits: no worker is an error, as for a batch.
             fail_without_workers: true,
+            any_order: false,
         };
         // Whether the coordinator answers at all: a failure here is not a
         // break to ride out but a wrong URL, port or scheme.

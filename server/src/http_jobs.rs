@@ -2,17 +2,19 @@
 //! dashboards and scripts that do not speak gRPC. The same jobs as
 //! `colball.v1.Jobs` (same store, same ownership):
 //!
-//! - `POST /api/v1/jobs?priority=bulk&name=NAME`: the body is a puzzle
-//!   file (classic or JSON Lines, as `colball solve` reads); 201 with
+//! - `POST /api/v1/jobs?priority=bulk&name=NAME&order=input|any`: the
+//!   body is a puzzle file (classic or JSON Lines, as `colball solve`
+//!   reads); `order=any` lets results come as they are solved; 201 with
 //!   `{"id": ..., "puzzles": N, "durable": B}` once every puzzle is stored;
 //! - `GET /api/v1/jobs`: the caller's jobs, newest first;
 //! - `GET /api/v1/jobs/ID`: one job;
 //! - `GET /api/v1/jobs/ID/results?from=N&follow=1`: its results in input
-//!   order as NDJSON, the same objects as `colball solve --output jsonl`;
+//!   order (or, for `order=any`, the order they were stored) as NDJSON,
+//!   the same objects as `colball solve --output jsonl`;
 //! - `DELETE /api/v1/jobs/ID`: 204.
 //!
 //! With client tokens configured every call needs `Authorization: Bearer
-//! TOKEN` (401 otherwise) and the token's name is the job's owner; without
+//! TOKEN` or `?token=TOKEN` (401 otherwise) and the token's name is the job's owner; without
 //! tokens the owner is the caller's IP address. Errors are a JSON object
 //! `{"error": "..."}` with the status code matching the gRPC one.
 
@@ -100,7 +102,7 @@ fn job_json(row: &JobRow) -> serde_json::Value {
         "id": job.id, "name": job.name, "state": state, "puzzles": job.puzzles,
         "solved": job.solved, "errors": job.errors, "remaining": job.remaining,
         "created_unix_ms": job.created_unix_ms, "finished_unix_ms": job.finished_unix_ms,
-        "failure": job.failure,
+        "failure": job.failure, "any_order": job.any_order,
     })
 }
 
@@ -109,6 +111,8 @@ struct SubmitQuery {
     priority: Option<String>,
     #[serde(default)]
     name: String,
+    /// `any`: results in the order they are solved (`JobOptions.any_order`).
+    order: Option<String>,
 }
 
 async fn submit(
@@ -125,6 +129,16 @@ async fn submit(
             return error(
                 StatusCode::BAD_REQUEST,
                 format!("priority {other:?}: expected interactive, normal or bulk"),
+            );
+        }
+    };
+    let any_order = match q.order.as_deref() {
+        None | Some("input") => false,
+        Some("any") => true,
+        Some(other) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("order {other:?}: expected input or any"),
             );
         }
     };
@@ -161,6 +175,7 @@ async fn submit(
         priority: priority as i32,
         name: q.name,
         fail_without_workers: false,
+        any_order,
     };
     let chunks = tokio_stream::iter([Ok(puzzles)]);
     match jobs::submit_job(&shared, &client, options, chunks).await {

@@ -14,6 +14,7 @@
 //! (many results per transaction), so the lock is taken per group, not
 //! per puzzle.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -42,7 +43,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     created_ms INTEGER NOT NULL,
     finished_ms INTEGER NOT NULL DEFAULT 0,
     failure TEXT NOT NULL DEFAULT '',
-    fail_fast INTEGER NOT NULL DEFAULT 0
+    fail_fast INTEGER NOT NULL DEFAULT 0,
+    any_order INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, seq);
 CREATE TABLE IF NOT EXISTS puzzles (
@@ -59,6 +61,7 @@ CREATE TABLE IF NOT EXISTS results (
     idx INTEGER NOT NULL,
     error INTEGER NOT NULL,
     result BLOB NOT NULL,
+    pos INTEGER,
     PRIMARY KEY (job, idx)
 ) WITHOUT ROWID;
 ";
@@ -114,6 +117,9 @@ pub struct JobRow {
     /// Fail the job when no worker is connected for the grace period
     /// (`JobOptions.fail_without_workers`).
     pub fail_fast: bool,
+    /// Results are read in the order they were stored, not input order
+    /// (`JobOptions.any_order`).
+    pub any_order: bool,
 }
 
 impl JobRow {
@@ -134,8 +140,27 @@ impl JobRow {
             created_unix_ms: self.created_ms,
             finished_unix_ms: self.finished_ms,
             failure: self.failure.clone(),
+            any_order: self.any_order,
         }
     }
+}
+
+/// A job's options as stored.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct JobFlags {
+    pub fail_fast: bool,
+    pub any_order: bool,
+}
+
+/// Where a job's next stored result goes in its stored order: `None` for
+/// a job read in input order.
+fn next_pos(tx: &rusqlite::Transaction<'_>, job: i64) -> Result<Option<i64>, StoreError> {
+    let (any_order, stored): (bool, i64) = tx.query_row(
+        "SELECT any_order, solved + errors FROM jobs WHERE seq = ?1",
+        [job],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    Ok(any_order.then_some(stored))
 }
 
 /// One puzzle of a job as submitted: parsed, or the error result it gets.
@@ -237,17 +262,26 @@ impl Store {
             conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))?;
             conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = OFF;")?;
             conn.execute_batch(SCHEMA)?;
-            // A database of the first version has no `fail_fast` column.
-            let has_fail_fast: i64 = conn.query_row(
-                "SELECT COUNT(*) FROM pragma_table_info('jobs') WHERE name = 'fail_fast'",
-                [],
-                |r| r.get(0),
-            )?;
-            if has_fail_fast == 0 {
-                conn.execute_batch(
-                    "ALTER TABLE jobs ADD COLUMN fail_fast INTEGER NOT NULL DEFAULT 0",
+            // Columns a database of the first version lacks.
+            for (table, column, ddl) in [
+                ("jobs", "fail_fast", "INTEGER NOT NULL DEFAULT 0"),
+                ("jobs", "any_order", "INTEGER NOT NULL DEFAULT 0"),
+                ("results", "pos", "INTEGER"),
+            ] {
+                let has: i64 = conn.query_row(
+                    "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2",
+                    [table, column],
+                    |r| r.get(0),
                 )?;
+                if has == 0 {
+                    conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {ddl}"))?;
+                }
             }
+            // The stored order of the results of jobs that take them in
+            // any order (`pos` is NULL for the others).
+            conn.execute_batch(
+                "CREATE INDEX IF NOT EXISTS results_by_pos ON results (job, pos) WHERE pos IS NOT NULL",
+            )?;
             // Jobs whose puzzles never all arrived were never acknowledged.
             conn.execute(
                 "DELETE FROM puzzles WHERE job IN (SELECT seq FROM jobs WHERE state = 0)",
@@ -323,13 +357,13 @@ impl Store {
         owner: &str,
         name: &str,
         priority: i32,
-        fail_fast: bool,
+        flags: JobFlags,
         now_ms: i64,
     ) -> Result<i64, StoreError> {
         let conn = self.conn();
         conn.execute(
-            "INSERT INTO jobs (owner, name, priority, state, puzzles, created_ms, fail_fast) VALUES (?1, ?2, ?3, 0, 0, ?4, ?5)",
-            params![owner, name, priority, now_ms, fail_fast as i64],
+            "INSERT INTO jobs (owner, name, priority, state, puzzles, created_ms, fail_fast, any_order) VALUES (?1, ?2, ?3, 0, 0, ?4, ?5, ?6)",
+            params![owner, name, priority, now_ms, flags.fail_fast, flags.any_order],
         )?;
         Ok(conn.last_insert_rowid())
     }
@@ -344,8 +378,9 @@ impl Store {
                 "INSERT INTO puzzles (job, idx, id, size, start, target) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             )?;
             let mut invalid = tx.prepare_cached(
-                "INSERT INTO results (job, idx, error, result) VALUES (?1, ?2, 1, ?3)",
+                "INSERT INTO results (job, idx, error, result, pos) VALUES (?1, ?2, 1, ?3, ?4)",
             )?;
+            let mut pos = next_pos(&tx, job)?;
             let mut errors = 0;
             for (i, e) in entries.iter().enumerate() {
                 let idx = (first + i as u64) as i64;
@@ -365,7 +400,8 @@ impl Store {
                             index: idx as u64,
                             ..r.clone()
                         };
-                        invalid.execute(params![job, idx, r.encode_to_vec()])?;
+                        invalid.execute(params![job, idx, r.encode_to_vec(), pos])?;
+                        pos = pos.map(|p| p + 1);
                         errors += 1;
                     }
                 }
@@ -434,7 +470,7 @@ impl Store {
         let conn = self.conn();
         Ok(conn
             .query_row(
-                "SELECT seq, owner, name, priority, state, puzzles, solved, errors, created_ms, finished_ms, failure, fail_fast FROM jobs WHERE seq = ?1",
+                "SELECT seq, owner, name, priority, state, puzzles, solved, errors, created_ms, finished_ms, failure, fail_fast, any_order FROM jobs WHERE seq = ?1",
                 [job],
                 |r| row(r, &self.instance),
             )
@@ -445,7 +481,7 @@ impl Store {
     pub fn list(&self, owner: &str) -> Result<Vec<JobRow>, StoreError> {
         let conn = self.conn();
         let mut q = conn.prepare_cached(
-            "SELECT seq, owner, name, priority, state, puzzles, solved, errors, created_ms, finished_ms, failure, fail_fast FROM jobs WHERE owner = ?1 AND state != 0 ORDER BY seq DESC",
+            "SELECT seq, owner, name, priority, state, puzzles, solved, errors, created_ms, finished_ms, failure, fail_fast, any_order FROM jobs WHERE owner = ?1 AND state != 0 ORDER BY seq DESC",
         )?;
         let rows = q
             .query_map([owner], |r| row(r, &self.instance))?
@@ -457,7 +493,7 @@ impl Store {
     pub fn unfinished(&self) -> Result<Vec<JobRow>, StoreError> {
         let conn = self.conn();
         let mut q = conn.prepare_cached(
-            "SELECT seq, owner, name, priority, state, puzzles, solved, errors, created_ms, finished_ms, failure, fail_fast FROM jobs WHERE state IN (1, 2) ORDER BY seq",
+            "SELECT seq, owner, name, priority, state, puzzles, solved, errors, created_ms, finished_ms, failure, fail_fast, any_order FROM jobs WHERE state IN (1, 2) ORDER BY seq",
         )?;
         let rows = q
             .query_map([], |r| row(r, &self.instance))?
@@ -523,17 +559,28 @@ impl Store {
         let mut new = 0;
         {
             let mut insert = tx.prepare_cached(
-                "INSERT OR IGNORE INTO results (job, idx, error, result) VALUES (?1, ?2, ?3, ?4)",
+                "INSERT OR IGNORE INTO results (job, idx, error, result, pos) VALUES (?1, ?2, ?3, ?4, ?5)",
             )?;
             let mut count = tx.prepare_cached(
                 "UPDATE jobs SET solved = solved + ?2, errors = errors + ?3 WHERE seq = ?1",
             )?;
+            // Each job's next position in its stored order (any-order
+            // jobs only), read once per group.
+            let mut positions: HashMap<i64, Option<i64>> = HashMap::new();
             for (job, r) in results {
+                let pos = match positions.get(job) {
+                    Some(p) => *p,
+                    None => *positions.entry(*job).or_insert(next_pos(&tx, *job)?),
+                };
                 let error = matches!(r.outcome, Some(v1::puzzle_result::Outcome::Error(_)));
-                let n = insert.execute(params![job, r.index as i64, error, r.encode_to_vec()])?;
+                let n =
+                    insert.execute(params![job, r.index as i64, error, r.encode_to_vec(), pos])?;
                 if n > 0 {
                     new += 1;
                     count.execute(params![job, i64::from(!error), i64::from(error)])?;
+                    if let Some(Some(p)) = positions.get_mut(job) {
+                        *p += 1;
+                    }
                 }
             }
         }
@@ -572,6 +619,31 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Stored results of an any-order job in the order they were stored,
+    /// from position `from` (at most `limit`).
+    pub fn results_in_stored_order(
+        &self,
+        job: i64,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<v1::PuzzleResult>, StoreError> {
+        let conn = self.conn();
+        let mut q = conn.prepare_cached(
+            "SELECT result FROM results WHERE job = ?1 AND pos >= ?2 AND pos IS NOT NULL ORDER BY pos LIMIT ?3",
+        )?;
+        let rows = q
+            .query_map(params![job, from as i64, limit as i64], |r| {
+                r.get::<_, Vec<u8>>(0)
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows
+            .iter()
+            .map_while(|bytes| v1::PuzzleResult::decode(bytes.as_slice()).ok())
+            .collect())
+    }
+}
+
 fn id_of(seq: i64, instance: &str) -> String {
     format!("j{seq}-{instance}")
 }
@@ -592,6 +664,7 @@ fn row(r: &rusqlite::Row<'_>, instance: &str) -> rusqlite::Result<JobRow> {
         finished_ms: r.get(9)?,
         failure: r.get(10)?,
         fail_fast: r.get::<_, i64>(11)? != 0,
+        any_order: r.get::<_, i64>(12)? != 0,
     })
 }
 
@@ -622,13 +695,41 @@ mod tests {
     }
 
     #[test]
+    fn an_any_order_job_reads_its_results_in_the_order_they_were_stored() {
+        let s = Store::open(None, None).unwrap();
+        let flags = JobFlags {
+            any_order: true,
+            ..JobFlags::default()
+        };
+        let job = s.create("a", "", 3, flags, 1).unwrap();
+        s.add(job, 0, &entries(6)).unwrap();
+        s.seal(job, 1).unwrap();
+        let order = [4, 1, 5, 0, 3, 2];
+        s.put_results(&[(job, solved(4)), (job, solved(1))]).unwrap();
+        // A repeat is ignored and takes no place in the order.
+        let rest: Vec<_> = [1, 5, 0, 3, 2].iter().map(|&i| (job, solved(i))).collect();
+        assert_eq!(s.put_results(&rest).unwrap(), 4);
+        let read = |from| -> Vec<u64> {
+            s.results_in_stored_order(job, from, 100)
+                .unwrap()
+                .iter()
+                .map(|r| r.index)
+                .collect()
+        };
+        assert_eq!(read(0), order);
+        assert_eq!(read(4), order[4..]);
+        // In input order nothing is missing either.
+        assert_eq!(s.results(job, 0, 100).unwrap().len(), 6);
+    }
+
+    #[test]
     fn a_capped_store_refuses_writes_past_its_cap_and_reuses_freed_room() {
         let cap = 256 * 1024;
         let s = Store::open(None, Some(cap)).unwrap();
         let empty = s.size_bytes().unwrap();
         let mut jobs = Vec::new();
         let full = loop {
-            let job = s.create("a", "", 3, false, 1).unwrap();
+            let job = s.create("a", "", 3, JobFlags::default(), 1).unwrap();
             jobs.push(job);
             let stored = s.add(job, 0, &entries(500)).and_then(|()| {
                 let results: Vec<_> = (0..500).map(|i| (job, solved(i))).collect();
@@ -648,7 +749,7 @@ mod tests {
             s.delete(*job).unwrap();
         }
         assert!(s.size_bytes().unwrap() <= empty + 8192);
-        let job = s.create("a", "", 3, false, 1).unwrap();
+        let job = s.create("a", "", 3, JobFlags::default(), 1).unwrap();
         s.add(job, 0, &entries(500)).unwrap();
     }
 
@@ -657,7 +758,9 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("colball-store-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let s = Store::open(Some(&dir), None).unwrap();
-        let job = s.create("alice", "night run", 3, false, 1).unwrap();
+        let job = s
+            .create("alice", "night run", 3, JobFlags::default(), 1)
+            .unwrap();
         let all = entries(10);
         s.add(job, 0, &all[..6]).unwrap();
         s.add(job, 6, &all[6..]).unwrap();
@@ -696,7 +799,7 @@ mod tests {
         );
         assert_eq!(s.unfinished().unwrap().len(), 1);
         // A job whose puzzles never all arrived is gone after a reopen.
-        let half = s.create("bob", "", 3, false, 3).unwrap();
+        let half = s.create("bob", "", 3, JobFlags::default(), 3).unwrap();
         s.add(half, 0, &all[..2]).unwrap();
         drop(s);
         let s = Store::open(Some(&dir), None).unwrap();

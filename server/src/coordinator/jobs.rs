@@ -30,7 +30,7 @@ use super::events::BatchEvents;
 use super::policy::Priority;
 use super::state::{NewTask, RequestSpec};
 use super::{Shared, client_of, events};
-use crate::store::{Entry, JobRow, JobState, Store, StoreError};
+use crate::store::{Entry, JobFlags, JobRow, JobState, Store, StoreError};
 
 /// Puzzles of one job admitted to the scheduler at a time.
 pub const WINDOW: usize = 8192;
@@ -385,9 +385,12 @@ pub async fn submit_job(
     check_room(shared).await?;
     let store = shared.store.clone();
     let (owner, name) = (client.to_string(), options.name.clone());
-    let fail_fast = options.fail_without_workers;
+    let flags = JobFlags {
+        fail_fast: options.fail_without_workers,
+        any_order: options.any_order,
+    };
     let seq =
-        blocking(move || store.create(&owner, &name, wire_priority, fail_fast, events::unix_ms()))
+        blocking(move || store.create(&owner, &name, wire_priority, flags, events::unix_ms()))
             .await?;
     let limit = shared.config.max_job_puzzles;
     let mut count: u64 = 0;
@@ -452,7 +455,15 @@ pub fn results_of(
         loop {
             let store = shared.store.clone();
             let from = next;
-            let batch = match blocking(move || store.results(seq, from, 1024)).await {
+            let any_order = row.any_order;
+            let read = move || {
+                if any_order {
+                    store.results_in_stored_order(seq, from, 1024)
+                } else {
+                    store.results(seq, from, 1024)
+                }
+            };
+            let batch = match blocking(read).await {
                 Ok(b) => b,
                 Err(e) => {
                     let _ = tx.send(Err(Status::from(e))).await;
