@@ -152,15 +152,18 @@ pub struct JobFlags {
     pub any_order: bool,
 }
 
-/// Where a job's next stored result goes in its stored order: `None` for
-/// a job read in input order.
-fn next_pos(tx: &rusqlite::Transaction<'_>, job: i64) -> Result<Option<i64>, StoreError> {
-    let (any_order, stored): (bool, i64) = tx.query_row(
-        "SELECT any_order, solved + errors FROM jobs WHERE seq = ?1",
-        [job],
-        |r| Ok((r.get(0)?, r.get(1)?)),
-    )?;
-    Ok(any_order.then_some(stored))
+/// Where a job's next stored result goes in its stored order: `Some(None)`
+/// for a job read in input order, `None` for a job that no longer exists
+/// (deleted while its results were on their way).
+fn next_pos(tx: &rusqlite::Transaction<'_>, job: i64) -> Result<Option<Option<i64>>, StoreError> {
+    let row: Option<(bool, i64)> = tx
+        .query_row(
+            "SELECT any_order, solved + errors FROM jobs WHERE seq = ?1",
+            [job],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    Ok(row.map(|(any_order, stored)| any_order.then_some(stored)))
 }
 
 /// One puzzle of a job as submitted: parsed, or the error result it gets.
@@ -380,7 +383,7 @@ impl Store {
             let mut invalid = tx.prepare_cached(
                 "INSERT INTO results (job, idx, error, result, pos) VALUES (?1, ?2, 1, ?3, ?4)",
             )?;
-            let mut pos = next_pos(&tx, job)?;
+            let mut pos = next_pos(&tx, job)?.flatten();
             let mut errors = 0;
             for (i, e) in entries.iter().enumerate() {
                 let idx = (first + i as u64) as i64;
@@ -565,20 +568,22 @@ impl Store {
                 "UPDATE jobs SET solved = solved + ?2, errors = errors + ?3 WHERE seq = ?1",
             )?;
             // Each job's next position in its stored order (any-order
-            // jobs only), read once per group.
-            let mut positions: HashMap<i64, Option<i64>> = HashMap::new();
+            // jobs only), read once per group; results of a job deleted
+            // meanwhile are dropped.
+            let mut positions: HashMap<i64, Option<Option<i64>>> = HashMap::new();
             for (job, r) in results {
                 let pos = match positions.get(job) {
                     Some(p) => *p,
                     None => *positions.entry(*job).or_insert(next_pos(&tx, *job)?),
                 };
+                let Some(pos) = pos else { continue };
                 let error = matches!(r.outcome, Some(v1::puzzle_result::Outcome::Error(_)));
                 let n =
                     insert.execute(params![job, r.index as i64, error, r.encode_to_vec(), pos])?;
                 if n > 0 {
                     new += 1;
                     count.execute(params![job, i64::from(!error), i64::from(error)])?;
-                    if let Some(Some(p)) = positions.get_mut(job) {
+                    if let Some(Some(Some(p))) = positions.get_mut(job) {
                         *p += 1;
                     }
                 }
@@ -705,7 +710,8 @@ mod tests {
         s.add(job, 0, &entries(6)).unwrap();
         s.seal(job, 1).unwrap();
         let order = [4, 1, 5, 0, 3, 2];
-        s.put_results(&[(job, solved(4)), (job, solved(1))]).unwrap();
+        s.put_results(&[(job, solved(4)), (job, solved(1))])
+            .unwrap();
         // A repeat is ignored and takes no place in the order.
         let rest: Vec<_> = [1, 5, 0, 3, 2].iter().map(|&i| (job, solved(i))).collect();
         assert_eq!(s.put_results(&rest).unwrap(), 4);

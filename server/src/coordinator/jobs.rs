@@ -240,10 +240,22 @@ async fn run_job(
     let seq = row.seq;
     let store = shared.store.clone();
     let stopped = || "cancelled or stopped".to_string();
+    let Some(mut stored) = shared.runs.get(&seq).map(|r| r.stored.subscribe()) else {
+        return stopped();
+    };
     let mut after: Option<u64> = None;
+    // Results handed to the writer (and stored before this run): the
+    // next window waits until all but one window of them are stored, so a
+    // store slower than the workers holds back the job instead of
+    // queueing its results in memory.
+    let mut fed = row.solved + row.errors;
     loop {
         if cancel.is_cancelled() || shared.shutting_down() {
             return stopped();
+        }
+        tokio::select! {
+            _ = stored.wait_for(|n| *n + WINDOW as u64 >= fed) => {}
+            () = cancel.cancelled() => return stopped(),
         }
         let window = {
             let store = store.clone();
@@ -263,8 +275,12 @@ async fn run_job(
             .into_iter()
             .map(|(index, id, puzzle)| NewTask { index, id, puzzle })
             .collect();
+        let n = tasks.len() as u64;
         match run_window(shared, seq, &row.owner, priority, tasks, cancel, events).await {
-            Ok(()) => after = Some(last),
+            Ok(()) => {
+                after = Some(last);
+                fed += n;
+            }
             Err(status)
                 if row.fail_fast
                     && status.code() == tonic::Code::Unavailable
@@ -289,9 +305,6 @@ async fn run_job(
     }
     // Every puzzle was admitted and answered; wait until the last results
     // are stored, then the job is done.
-    let Some(mut stored) = shared.runs.get(&seq).map(|r| r.stored.subscribe()) else {
-        return stopped();
-    };
     let total = row.puzzles;
     tokio::select! {
         _ = stored.wait_for(|n| *n >= total) => {}

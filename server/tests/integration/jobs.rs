@@ -501,3 +501,49 @@ async fn the_http_job_api_submits_lists_streams_and_deletes() {
     cluster.shutdown().await;
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Memory does not grow with a job's size: a coordinator process takes a
+/// 2,000,000-puzzle job (stored in full, then solved a window at a time
+/// by one worker for a while) with its peak resident set growing by less
+/// than a 200,000-puzzle job's puzzles would take in memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_million_puzzle_job_costs_the_coordinator_a_bounded_window() {
+    use std::time::Duration;
+    const PUZZLES: usize = 2_000_000;
+    let dir = std::env::temp_dir().join(format!("colball-jobs-2m-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let data = dir.to_str().unwrap().to_string();
+    let bin = Path::new(BIN);
+    let c = procs::coordinator(bin, "127.0.0.1:0", &["--data-dir", &data]);
+    let (before, _) = c.proc.memory_kib().unwrap();
+    let two = colball_solver::Size::new(2, 2).unwrap();
+    let mut g = colball_solver::generate::Generator::new(48);
+    let puzzles: Vec<_> = (0..PUZZLES)
+        .map(|i| (format!("p{i}"), g.uniform(two)))
+        .collect();
+    let mut jobs = Jobs::connect(&c.url, &Security::default()).await.unwrap();
+    let id = jobs.submit(&puzzles, None, "2m").await.unwrap().id;
+    drop(puzzles);
+    let (stored, _) = c.proc.memory_kib().unwrap();
+    let _w = procs::worker(bin, &c.url, "w", Stderr::Warn, &[]);
+    // A few windows solved.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while jobs.get(&id).await.unwrap().solved < 50_000 {
+        assert!(std::time::Instant::now() < deadline, "no progress");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (peak, rss) = c.proc.memory_kib().unwrap();
+    println!(
+        "coordinator peak RSS {:.1} MiB before the job, {:.1} MiB once stored, {:.1} MiB while it runs (RSS {:.1} MiB)",
+        before as f64 / 1024.0,
+        stored as f64 / 1024.0,
+        peak as f64 / 1024.0,
+        rss as f64 / 1024.0
+    );
+    // 2,000,000 tasks in memory would take hundreds of MiB; the job's
+    // chunks and one window take a few.
+    assert!(peak - before < 48 * 1024, "{} KiB more", peak - before);
+    jobs.delete(&id).await.unwrap();
+    drop(c);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -10,6 +10,7 @@
 mod common;
 
 mod chaos;
+mod cli_jobs;
 mod cluster;
 mod dashboard;
 mod deploy;

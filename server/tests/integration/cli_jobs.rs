@@ -1,0 +1,158 @@
+//! The `colball` command against real coordinator processes that are
+//! SIGKILLed mid-job and restarted on their data dir: `colball solve
+//! --connect` and `colball job results --wait` print byte for byte what an
+//! in-process `colball solve` prints.
+//!
+//! The `colball` binary belongs to the client package; `cargo test
+//! --workspace` (the README's test command) builds it beside
+//! `colball-server` before any test runs.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::procs::{self, Stderr, wait_metric};
+use colball_client::jobs::Jobs;
+use colball_client::remote::Security;
+
+const BIN: &str = env!("CARGO_BIN_EXE_colball-server");
+
+/// The `colball` binary of the same build.
+fn colball_bin() -> PathBuf {
+    let path = Path::new(BIN).with_file_name("colball");
+    assert!(
+        path.exists(),
+        "{} is missing: run the workspace's tests (cargo test --workspace), which build it",
+        path.display()
+    );
+    path
+}
+
+/// Runs `colball ARGS` with `stdin`; its output.
+fn colball(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(colball_bin())
+        .args(args)
+        .env_remove("COLBALL_CONNECT")
+        .env_remove("COLBALL_TOKEN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn text(out: &[u8]) -> String {
+    String::from_utf8_lossy(out).into_owned()
+}
+
+/// A fresh data dir for `name`.
+fn data_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("colball-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// Generated puzzles and what in-process `colball solve` prints for them.
+fn puzzles_and_answers(sizes: &str, count: usize, seed: u64) -> (Vec<u8>, Vec<u8>) {
+    let count = count.to_string();
+    let seed = seed.to_string();
+    let generated = colball(
+        &["gen", "--size", sizes, "--count", &count, "--seed", &seed],
+        b"",
+    );
+    assert!(generated.status.success());
+    let local = colball(&["solve"], &generated.stdout);
+    assert!(local.status.success());
+    (generated.stdout, local.stdout)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn solve_connect_across_a_coordinator_kill_prints_what_in_process_prints() {
+    let dir = data_dir("cli-solve-kill");
+    let data = dir.to_str().unwrap().to_string();
+    let bin = Path::new(BIN);
+    let c = procs::coordinator(bin, "127.0.0.1:0", &["--data-dir", &data]);
+    let listen = c.addr.to_string();
+    let _a = procs::worker(bin, &c.url, "a", Stderr::Quiet, &[]);
+    let _b = procs::worker(bin, &c.url, "b", Stderr::Quiet, &[]);
+    wait_metric(&c.http, "workers", |n| n == 2).await;
+    let (input, local) = puzzles_and_answers("3x3,4x4", 3000, 21);
+    let url = c.url.clone();
+    let command =
+        tokio::task::spawn_blocking(move || colball(&["solve", "--connect", &url], &input));
+    wait_metric(&c.http, "solved_total", |n| n >= 300).await;
+    c.proc.kill();
+    let c = procs::coordinator(bin, &listen, &["--data-dir", &data]);
+    let out = tokio::time::timeout(Duration::from_secs(120), command)
+        .await
+        .expect("colball solve --connect did not finish")
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("reconnected to"), "{stderr}");
+    assert_eq!(out.stdout.len(), local.len());
+    assert!(out.stdout == local, "the output differs from in-process");
+    drop(c);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submitted_job_survives_three_kills_and_its_results_print_what_solve_prints() {
+    use rand::{Rng, SeedableRng};
+    const PUZZLES: usize = 20_000;
+    let dir = data_dir("cli-job-kill3");
+    let data = dir.to_str().unwrap().to_string();
+    let bin = Path::new(BIN);
+    let mut c = procs::coordinator(bin, "127.0.0.1:0", &["--data-dir", &data]);
+    let listen = c.addr.to_string();
+    let _a = procs::worker(bin, &c.url, "a", Stderr::Quiet, &[]);
+    let _b = procs::worker(bin, &c.url, "b", Stderr::Quiet, &[]);
+    wait_metric(&c.http, "workers", |n| n == 2).await;
+    let (input, local) = puzzles_and_answers("2x2,2x3,3x3,3x4,4x4", PUZZLES, 22);
+    let submit = colball(&["job", "submit", "--connect", &c.url], &input);
+    assert!(submit.status.success(), "{}", text(&submit.stderr));
+    let id = text(&submit.stdout).trim().to_string();
+    let seed: u64 = rand::random();
+    println!("kill moments from seed {seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut moments: Vec<u64> = (0..3)
+        .map(|_| rng.random_range(1..PUZZLES as u64 * 9 / 10))
+        .collect();
+    moments.sort_unstable();
+    for moment in moments {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut jobs = Jobs::connect(&c.url, &Security::default()).await.unwrap();
+        loop {
+            let job = jobs.get(&id).await.unwrap();
+            if job.solved + job.errors >= moment || job.remaining == 0 {
+                println!("kill at {} results stored", job.solved + job.errors);
+                break;
+            }
+            assert!(Instant::now() < deadline, "no progress");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        c.proc.kill();
+        c = procs::coordinator(bin, &listen, &["--data-dir", &data]);
+    }
+    let url = c.url.clone();
+    let out = tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::task::spawn_blocking(move || {
+            colball(&["job", "results", &id, "--wait", "--connect", &url], b"")
+        }),
+    )
+    .await
+    .expect("job results --wait did not finish")
+    .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(out.stdout.len(), local.len());
+    assert!(
+        out.stdout == local,
+        "the job's results differ from in-process"
+    );
+    drop(c);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
