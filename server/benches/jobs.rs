@@ -7,7 +7,7 @@
 //! helps) are solved as `SolveBatch` requests and as one job (submit, then
 //! read every result, following), side by side, twice each:
 //! - `COUNT4` uniformly random 4x4 puzzles (default 2000);
-//! - `SMALL` puzzles of every size up to 12 cells (default 100000);
+//! - `SMALL` puzzles of every size up to 12 cells (default 400000);
 //!
 //! then, with the store on disk (a temporary data dir), the bytes it takes
 //! per puzzle and the time a coordinator takes to start on it.
@@ -69,7 +69,7 @@ async fn compare(name: &str, url: &str, make: impl Fn(u64) -> Vec<(String, Puzzl
 async fn main() {
     let threads = env("THREADS", 2);
     let count4 = env("COUNT4", 2000);
-    let n_small = env("SMALL", 100_000);
+    let n_small = env("SMALL", 400_000);
     let config = Config {
         cache_capacity: 0,
         ..Config::default()

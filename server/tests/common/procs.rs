@@ -212,3 +212,67 @@ pub async fn wait_metric(http: &str, name: &str, ok: impl Fn(u64) -> bool) -> u6
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A coordinator on a fresh data dir and its one-thread workers, for the
+/// tests that kill the coordinator and start it again on its store.
+#[derive(Debug)]
+pub struct Durable {
+    pub coordinator: Coordinator,
+    /// Its `--data-dir` (removed on drop).
+    pub data: std::path::PathBuf,
+    bin: std::path::PathBuf,
+    _workers: Vec<Proc>,
+}
+
+impl Durable {
+    /// Starts it with `workers` workers on `colball-NAME-PID` in the temp
+    /// dir, and waits until they have registered.
+    pub async fn start(bin: &Path, name: &str, workers: usize) -> Durable {
+        let data = std::env::temp_dir().join(format!("colball-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&data);
+        let coordinator = coordinator(
+            bin,
+            "127.0.0.1:0",
+            &["--data-dir", data.to_str().expect("a UTF-8 temp dir")],
+        );
+        let _workers = (0..workers)
+            .map(|i| worker(bin, &coordinator.url, &format!("w{i}"), Stderr::Quiet, &[]))
+            .collect();
+        wait_metric(&coordinator.http, "workers", |n| n == workers as u64).await;
+        Durable {
+            coordinator,
+            data,
+            bin: bin.to_path_buf(),
+            _workers,
+        }
+    }
+
+    /// SIGKILLs the coordinator and starts another on the same address
+    /// and data dir (the workers find it on their own).
+    pub fn kill_and_restart(&mut self) {
+        let old = &mut self.coordinator.proc.0;
+        let _ = old.kill();
+        let _ = old.wait();
+        let listen = self.coordinator.addr.to_string();
+        let data = self.data.to_str().expect("a UTF-8 temp dir").to_string();
+        self.coordinator = coordinator(&self.bin, &listen, &["--data-dir", &data]);
+    }
+}
+
+impl Drop for Durable {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.data);
+    }
+}
+
+/// `count` random moments in `1..below` (sorted), from a seed printed for
+/// a rerun.
+pub fn random_moments(count: usize, below: u64) -> Vec<u64> {
+    use rand::{Rng, SeedableRng};
+    let seed: u64 = rand::random();
+    println!("random moments from seed {seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut moments: Vec<u64> = (0..count).map(|_| rng.random_range(1..below)).collect();
+    moments.sort_unstable();
+    moments
+}

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::procs::{self, Stderr, wait_metric};
+use crate::common::procs::{self, wait_metric};
 use colball_client::jobs::Jobs;
 use colball_client::remote::Security;
 
@@ -48,13 +48,6 @@ fn text(out: &[u8]) -> String {
     String::from_utf8_lossy(out).into_owned()
 }
 
-/// A fresh data dir for `name`.
-fn data_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("colball-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
-
 /// Generated puzzles and what in-process `colball solve` prints for them.
 fn puzzles_and_answers(sizes: &str, count: usize, seed: u64) -> (Vec<u8>, Vec<u8>) {
     let count = count.to_string();
@@ -71,21 +64,13 @@ fn puzzles_and_answers(sizes: &str, count: usize, seed: u64) -> (Vec<u8>, Vec<u8
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn solve_connect_across_a_coordinator_kill_prints_what_in_process_prints() {
-    let dir = data_dir("cli-solve-kill");
-    let data = dir.to_str().unwrap().to_string();
-    let bin = Path::new(BIN);
-    let c = procs::coordinator(bin, "127.0.0.1:0", &["--data-dir", &data]);
-    let listen = c.addr.to_string();
-    let _a = procs::worker(bin, &c.url, "a", Stderr::Quiet, &[]);
-    let _b = procs::worker(bin, &c.url, "b", Stderr::Quiet, &[]);
-    wait_metric(&c.http, "workers", |n| n == 2).await;
+    let mut cluster = procs::Durable::start(Path::new(BIN), "cli-solve-kill", 2).await;
     let (input, local) = puzzles_and_answers("3x3,4x4", 3000, 21);
-    let url = c.url.clone();
+    let url = cluster.coordinator.url.clone();
     let command =
         tokio::task::spawn_blocking(move || colball(&["solve", "--connect", &url], &input));
-    wait_metric(&c.http, "solved_total", |n| n >= 300).await;
-    c.proc.kill();
-    let c = procs::coordinator(bin, &listen, &["--data-dir", &data]);
+    wait_metric(&cluster.coordinator.http, "solved_total", |n| n >= 300).await;
+    cluster.kill_and_restart();
     let out = tokio::time::timeout(Duration::from_secs(120), command)
         .await
         .expect("colball solve --connect did not finish")
@@ -95,36 +80,24 @@ async fn solve_connect_across_a_coordinator_kill_prints_what_in_process_prints()
     assert!(stderr.contains("reconnected to"), "{stderr}");
     assert_eq!(out.stdout.len(), local.len());
     assert!(out.stdout == local, "the output differs from in-process");
-    drop(c);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_submitted_job_survives_three_kills_and_its_results_print_what_solve_prints() {
-    use rand::{Rng, SeedableRng};
     const PUZZLES: usize = 20_000;
-    let dir = data_dir("cli-job-kill3");
-    let data = dir.to_str().unwrap().to_string();
-    let bin = Path::new(BIN);
-    let mut c = procs::coordinator(bin, "127.0.0.1:0", &["--data-dir", &data]);
-    let listen = c.addr.to_string();
-    let _a = procs::worker(bin, &c.url, "a", Stderr::Quiet, &[]);
-    let _b = procs::worker(bin, &c.url, "b", Stderr::Quiet, &[]);
-    wait_metric(&c.http, "workers", |n| n == 2).await;
+    let mut cluster = procs::Durable::start(Path::new(BIN), "cli-job-kill3", 2).await;
     let (input, local) = puzzles_and_answers("2x2,2x3,3x3,3x4,4x4", PUZZLES, 22);
-    let submit = colball(&["job", "submit", "--connect", &c.url], &input);
+    let submit = colball(
+        &["job", "submit", "--connect", &cluster.coordinator.url],
+        &input,
+    );
     assert!(submit.status.success(), "{}", text(&submit.stderr));
     let id = text(&submit.stdout).trim().to_string();
-    let seed: u64 = rand::random();
-    println!("kill moments from seed {seed}");
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut moments: Vec<u64> = (0..3)
-        .map(|_| rng.random_range(1..PUZZLES as u64 * 9 / 10))
-        .collect();
-    moments.sort_unstable();
-    for moment in moments {
+    for moment in procs::random_moments(3, PUZZLES as u64 * 9 / 10) {
         let deadline = Instant::now() + Duration::from_secs(60);
-        let mut jobs = Jobs::connect(&c.url, &Security::default()).await.unwrap();
+        let mut jobs = Jobs::connect(&cluster.coordinator.url, &Security::default())
+            .await
+            .unwrap();
         loop {
             let job = jobs.get(&id).await.unwrap();
             if job.solved + job.errors >= moment || job.remaining == 0 {
@@ -134,10 +107,9 @@ async fn a_submitted_job_survives_three_kills_and_its_results_print_what_solve_p
             assert!(Instant::now() < deadline, "no progress");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        c.proc.kill();
-        c = procs::coordinator(bin, &listen, &["--data-dir", &data]);
+        cluster.kill_and_restart();
     }
-    let url = c.url.clone();
+    let url = cluster.coordinator.url.clone();
     let out = tokio::time::timeout(
         Duration::from_secs(120),
         tokio::task::spawn_blocking(move || {
@@ -153,6 +125,4 @@ async fn a_submitted_job_survives_three_kills_and_its_results_print_what_solve_p
         out.stdout == local,
         "the job's results differ from in-process"
     );
-    drop(c);
-    std::fs::remove_dir_all(&dir).unwrap();
 }

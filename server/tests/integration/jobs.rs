@@ -205,37 +205,24 @@ async fn a_job_survives_coordinator_kills_and_resumes_where_it_stopped() {
 /// its data dir: the output is complete, in order, each result once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_followed_job_rides_out_three_coordinator_kills_at_random_moments() {
-    use rand::{Rng, SeedableRng};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::{Duration, Instant};
     const PUZZLES: usize = 20_000;
-    let dir = std::env::temp_dir().join(format!("colball-jobs-kill3-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let data = dir.to_str().unwrap().to_string();
-    let bin = Path::new(BIN);
-    let mut c = procs::coordinator(bin, "127.0.0.1:0", &["--data-dir", &data]);
-    let listen = c.addr.to_string();
-    let _a = procs::worker(bin, &c.url, "a", Stderr::Quiet, &[]);
-    let _b = procs::worker(bin, &c.url, "b", Stderr::Quiet, &[]);
-    wait_metric(&c.http, "workers", |n| n == 2).await;
+    let mut cluster = procs::Durable::start(Path::new(BIN), "jobs-kill3", 2).await;
     let (puzzles, answers) = mixed(44, PUZZLES, 50);
-    let seed: u64 = rand::random();
-    println!("kill moments from seed {seed}");
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut moments: Vec<usize> = (0..3)
-        .map(|_| rng.random_range(1..PUZZLES * 9 / 10))
-        .collect();
-    moments.sort_unstable();
     let received = Arc::new(AtomicUsize::new(0));
     let batch = crate::chaos::solve_in_background(
-        c.url.clone(),
+        cluster.coordinator.url.clone(),
         Arc::new(puzzles.clone()),
         received.clone(),
     );
-    for (kill, moment) in moments.iter().enumerate() {
+    for (kill, moment) in procs::random_moments(3, PUZZLES as u64 * 9 / 10)
+        .into_iter()
+        .enumerate()
+    {
         let deadline = Instant::now() + Duration::from_secs(60);
-        while received.load(Ordering::Relaxed) < *moment {
+        while (received.load(Ordering::Relaxed) as u64) < moment {
             assert!(Instant::now() < deadline, "no progress before kill {kill}");
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
@@ -243,8 +230,7 @@ async fn a_followed_job_rides_out_three_coordinator_kills_at_random_moments() {
             "kill {kill} at {} results",
             received.load(Ordering::Relaxed)
         );
-        c.proc.kill();
-        c = procs::coordinator(bin, &listen, &["--data-dir", &data]);
+        cluster.kill_and_restart();
     }
     let results = tokio::time::timeout(Duration::from_secs(120), batch)
         .await
@@ -258,10 +244,10 @@ async fn a_followed_job_rides_out_three_coordinator_kills_at_random_moments() {
         assert_eq!(r.solution.answer(), *answer, "{}", r.id);
     }
     // Read to its end, the job was deleted.
-    let mut jobs = Jobs::connect(&c.url, &Security::default()).await.unwrap();
+    let mut jobs = Jobs::connect(&cluster.coordinator.url, &Security::default())
+        .await
+        .unwrap();
     assert!(jobs.list().await.unwrap().is_empty());
-    drop(c);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
