@@ -328,6 +328,9 @@ async fn session(
     let endpoint = match Endpoint::from_shared(config.coordinator.clone()).map(|e| {
         let e = e
             .connect_timeout(config.connect_timeout)
+            // tonic's default, stated: small results must not wait for a
+            // delayed ACK.
+            .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(10))
             .keep_alive_timeout(Duration::from_secs(20))
             .keep_alive_while_idle(true);

@@ -1657,6 +1657,23 @@ mod tests {
     }
 
     #[test]
+    fn a_lone_puzzle_is_dispatched_and_answered_at_once() {
+        // A worker with room for a large chunk: one puzzle does not wait
+        // for the chunk to fill, nor for a tick of the clock.
+        let now = Instant::now();
+        let mut s = with_worker(32, now);
+        let e = s
+            .admit(10, spec("a", Priority::Interactive, 1), tasks(1), now)
+            .unwrap();
+        let sent = assigned(&e);
+        assert_eq!(sent.len(), 1, "{e:?}");
+        let e = s.result(1, answer(&sent[0].1), now);
+        let got = delivered(&e);
+        assert_eq!(got.len(), 1, "{e:?}");
+        assert_eq!((got[0].0, got[0].1.index), (10, 0));
+    }
+
+    #[test]
     fn credit_limits_what_a_worker_holds() {
         let now = Instant::now();
         let mut s = with_worker(2, now);
