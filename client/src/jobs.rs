@@ -343,15 +343,8 @@ impl Follower<'_> {
         // break to ride out but a wrong URL, port or scheme.
         if let Err(e) = self.jobs.probe().await {
             return Err(match Break::from(e) {
-                Break::Gone(mut reason) => {
-                    reason.push_str(remote::connect_hint(self.url));
-                    ClientError::ConnectionLost {
-                        url: self.url.to_string(),
-                        received: 0,
-                        total: self.puzzles.len(),
-                        reason,
-                        advice: self.advice(Duration::ZERO),
-                    }
+                Break::Gone(reason) => {
+                    self.connection_lost(reason + remote::connect_hint(self.url), Duration::ZERO)
                 }
                 Break::Fatal(e) => e,
             }
@@ -463,15 +456,8 @@ impl Follower<'_> {
         notice: &mut dyn FnMut(&str),
     ) -> Result<(), ClientError> {
         let window = self.run.reconnect;
-        let gave_up = |reason: String, this: &Self| ClientError::ConnectionLost {
-            url: this.url.to_string(),
-            received: this.next as usize,
-            total: this.puzzles.len(),
-            reason,
-            advice: this.advice(window),
-        };
         if window.is_zero() {
-            return Err(gave_up(reason, self));
+            return Err(self.connection_lost(reason, window));
         }
         let since = match self.lost_since {
             Some(since) => since,
@@ -491,7 +477,7 @@ impl Follower<'_> {
         let mut last = reason;
         loop {
             if Instant::now() >= deadline {
-                return Err(gave_up(last, self));
+                return Err(self.connection_lost(last, window));
             }
             let attempt = deadline
                 .saturating_duration_since(Instant::now())
@@ -508,7 +494,7 @@ impl Follower<'_> {
                 Err(_) => last = format!("no connection within {} s", attempt.as_secs()),
             }
             if Instant::now() + backoff >= deadline {
-                return Err(gave_up(last, self));
+                return Err(self.connection_lost(last, window));
             }
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -544,6 +530,18 @@ impl Follower<'_> {
             ));
         }
         Ok(Box::pin(stream))
+    }
+
+    /// The end of the run for a connection given up on after trying to
+    /// reconnect for `window` (zero: not tried), saying what is kept.
+    fn connection_lost(&self, reason: String, window: Duration) -> ClientError {
+        ClientError::ConnectionLost {
+            url: self.url.to_string(),
+            received: self.next as usize,
+            total: self.puzzles.len(),
+            reason,
+            advice: self.advice(window),
+        }
     }
 
     /// What a person can do after giving up on the connection.

@@ -593,26 +593,31 @@ impl Store {
         Ok(new)
     }
 
-    /// Stored results of the job from index `from`, in order, up to the
-    /// first one missing (at most `limit`).
+    /// Stored results of the job from `from`, up to the first one missing
+    /// (at most `limit`): in input order (`from` an index), or with
+    /// `stored_order`, for an any-order job, in the order they were stored
+    /// (`from` a position in it).
     pub fn results(
         &self,
         job: i64,
         from: u64,
         limit: usize,
+        stored_order: bool,
     ) -> Result<Vec<v1::PuzzleResult>, StoreError> {
         let conn = self.conn();
-        let mut q = conn.prepare_cached(
-            "SELECT idx, result FROM results WHERE job = ?1 AND idx >= ?2 ORDER BY idx LIMIT ?3",
-        )?;
+        let mut q = conn.prepare_cached(if stored_order {
+            "SELECT pos, result FROM results WHERE job = ?1 AND pos >= ?2 AND pos IS NOT NULL ORDER BY pos LIMIT ?3"
+        } else {
+            "SELECT idx, result FROM results WHERE job = ?1 AND idx >= ?2 ORDER BY idx LIMIT ?3"
+        })?;
         let rows = q
             .query_map(params![job, from as i64, limit as i64], |r| {
                 Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
             })?
             .collect::<Result<Vec<_>, _>>()?;
         let mut out = Vec::with_capacity(rows.len());
-        for (next, (idx, bytes)) in (from..).zip(rows) {
-            if idx as u64 != next {
+        for (next, (at, bytes)) in (from..).zip(rows) {
+            if at as u64 != next {
                 break;
             }
             let Ok(r) = v1::PuzzleResult::decode(bytes.as_slice()) else {
@@ -621,31 +626,6 @@ impl Store {
             out.push(r);
         }
         Ok(out)
-    }
-}
-
-impl Store {
-    /// Stored results of an any-order job in the order they were stored,
-    /// from position `from` (at most `limit`).
-    pub fn results_in_stored_order(
-        &self,
-        job: i64,
-        from: u64,
-        limit: usize,
-    ) -> Result<Vec<v1::PuzzleResult>, StoreError> {
-        let conn = self.conn();
-        let mut q = conn.prepare_cached(
-            "SELECT result FROM results WHERE job = ?1 AND pos >= ?2 AND pos IS NOT NULL ORDER BY pos LIMIT ?3",
-        )?;
-        let rows = q
-            .query_map(params![job, from as i64, limit as i64], |r| {
-                r.get::<_, Vec<u8>>(0)
-            })?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(rows
-            .iter()
-            .map_while(|bytes| v1::PuzzleResult::decode(bytes.as_slice()).ok())
-            .collect())
     }
 }
 
@@ -716,7 +696,7 @@ mod tests {
         let rest: Vec<_> = [1, 5, 0, 3, 2].iter().map(|&i| (job, solved(i))).collect();
         assert_eq!(s.put_results(&rest).unwrap(), 4);
         let read = |from| -> Vec<u64> {
-            s.results_in_stored_order(job, from, 100)
+            s.results(job, from, 100, true)
                 .unwrap()
                 .iter()
                 .map(|r| r.index)
@@ -725,7 +705,7 @@ mod tests {
         assert_eq!(read(0), order);
         assert_eq!(read(4), order[4..]);
         // In input order nothing is missing either.
-        assert_eq!(s.results(job, 0, 100).unwrap().len(), 6);
+        assert_eq!(s.results(job, 0, 100, false).unwrap().len(), 6);
     }
 
     #[test]
@@ -792,8 +772,8 @@ mod tests {
         );
         assert_eq!(s.put_results(&[(job, solved(1))]).unwrap(), 0, "kept once");
         // Results in order up to the first gap.
-        assert_eq!(s.results(job, 0, 100).unwrap().len(), 2);
-        assert_eq!(s.results(job, 3, 100).unwrap().len(), 1);
+        assert_eq!(s.results(job, 0, 100, false).unwrap().len(), 2);
+        assert_eq!(s.results(job, 3, 100, false).unwrap().len(), 1);
         assert_eq!(s.pending(job, None, 100).unwrap().len(), 7);
         assert_eq!(s.pending(job, Some(3), 100).unwrap()[0].0, 4);
         drop(s);

@@ -86,15 +86,13 @@ pub async fn writer(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<ToWrite
         match outcome {
             Ok(_) => {
                 for (job, n) in counts {
-                    if let Some(run) = shared.runs.get(&job) {
-                        run.stored.send_modify(|stored| *stored += n);
-                    }
+                    stored(&shared, job, n);
                 }
             }
             Err(e) if batch.is_empty() => {
                 // The task itself failed, and took the group with it.
                 for job in counts.into_keys() {
-                    fail(&shared, job, &format!("results could not be stored: {e}")).await;
+                    not_stored(&shared, job, &e).await;
                 }
             }
             Err(e) => {
@@ -109,20 +107,26 @@ pub async fn writer(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<ToWrite
                     let n = results.len() as u64;
                     let store = shared.store.clone();
                     match blocking(move || store.put_results(&results)).await {
-                        Ok(_) => {
-                            if let Some(run) = shared.runs.get(&job) {
-                                run.stored.send_modify(|stored| *stored += n);
-                            }
-                        }
-                        Err(e) => {
-                            tracing::error!(job = %shared.store.job_id(job), error = %e, "results not stored; the job fails");
-                            fail(&shared, job, &format!("results could not be stored: {e}")).await;
-                        }
+                        Ok(_) => stored(&shared, job, n),
+                        Err(e) => not_stored(&shared, job, &e).await,
                     }
                 }
             }
         }
     }
+}
+
+/// Tells job `job`'s followers that `n` more of its results are stored.
+fn stored(shared: &Shared, job: i64, n: u64) {
+    if let Some(run) = shared.runs.get(&job) {
+        run.stored.send_modify(|stored| *stored += n);
+    }
+}
+
+/// Fails job `job`, whose results could not be stored.
+async fn not_stored(shared: &Arc<Shared>, job: i64, e: &StoreError) {
+    tracing::error!(job = %shared.store.job_id(job), error = %e, "results not stored; the job fails");
+    fail(shared, job, &format!("results could not be stored: {e}")).await;
 }
 
 async fn fail(shared: &Arc<Shared>, job: i64, why: &str) {
@@ -469,14 +473,7 @@ pub fn results_of(
             let store = shared.store.clone();
             let from = next;
             let any_order = row.any_order;
-            let read = move || {
-                if any_order {
-                    store.results_in_stored_order(seq, from, 1024)
-                } else {
-                    store.results(seq, from, 1024)
-                }
-            };
-            let batch = match blocking(read).await {
+            let batch = match blocking(move || store.results(seq, from, 1024, any_order)).await {
                 Ok(b) => b,
                 Err(e) => {
                     let _ = tx.send(Err(Status::from(e))).await;

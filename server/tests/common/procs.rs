@@ -247,12 +247,17 @@ impl Durable {
         }
     }
 
-    /// SIGKILLs the coordinator and starts another on the same address
-    /// and data dir (the workers find it on their own).
-    pub fn kill_and_restart(&mut self) {
+    /// SIGKILLs the coordinator (and reaps it); its data dir stays.
+    pub fn kill(&mut self) {
         let old = &mut self.coordinator.proc.0;
         let _ = old.kill();
         let _ = old.wait();
+    }
+
+    /// SIGKILLs the coordinator and starts another on the same address
+    /// and data dir (the workers find it on their own).
+    pub fn kill_and_restart(&mut self) {
+        self.kill();
         let listen = self.coordinator.addr.to_string();
         let data = self.data.to_str().expect("a UTF-8 temp dir").to_string();
         self.coordinator = coordinator(&self.bin, &listen, &["--data-dir", &data]);

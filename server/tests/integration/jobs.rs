@@ -137,26 +137,19 @@ async fn jobs_belong_to_their_client_and_can_be_cancelled() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_survives_coordinator_kills_and_resumes_where_it_stopped() {
-    let dir = std::env::temp_dir().join(format!("colball-jobs-kill-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let data = dir.to_str().unwrap().to_string();
     let bin = Path::new(BIN);
-    let c = procs::coordinator(bin, "127.0.0.1:0", &["--data-dir", &data]);
-    let listen = c.addr.to_string();
-    let _w = procs::worker(bin, &c.url, "w", Stderr::Warn, &[]);
-    wait_metric(&c.http, "workers", |n| n == 1).await;
+    let mut cluster = procs::Durable::start(bin, "jobs-kill", 1).await;
     let (puzzles, answers) = mixed(42, 6000, 8);
-    let mut jobs = Jobs::connect(&c.url, &Security::default()).await.unwrap();
+    let url = cluster.coordinator.url.clone();
+    let mut jobs = Jobs::connect(&url, &Security::default()).await.unwrap();
     let id = jobs.submit(&puzzles, None, "").await.unwrap().id;
     let mut seen = read(&mut jobs, &id, 0, true, 500).await;
     // Killed mid-job, twice, each time restarted on the same data dir and
     // port; the client comes back for the results from where it stopped.
-    let mut c = c;
     for round in 0..2 {
-        c.proc.kill();
-        c = procs::coordinator(bin, &listen, &["--data-dir", &data]);
-        wait_metric(&c.http, "workers", |n| n == 1).await;
-        let mut jobs = Jobs::connect(&c.url, &Security::default()).await.unwrap();
+        cluster.kill_and_restart();
+        wait_metric(&cluster.coordinator.http, "workers", |n| n == 1).await;
+        let mut jobs = Jobs::connect(&url, &Security::default()).await.unwrap();
         let limit = if round == 0 { 1500 } else { usize::MAX };
         let more = read(&mut jobs, &id, seen.len() as u64, true, limit).await;
         seen.extend(more);
@@ -167,11 +160,12 @@ async fn a_job_survives_coordinator_kills_and_resumes_where_it_stopped() {
         assert!(indexes.insert(r.index));
         assert_eq!(moves(r), *answer, "{}", r.id);
     }
-    let mut jobs = Jobs::connect(&c.url, &Security::default()).await.unwrap();
+    let mut jobs = Jobs::connect(&url, &Security::default()).await.unwrap();
     let job = jobs.get(&id).await.unwrap();
     assert_eq!(job.state, v1::JobState::Done as i32);
-    drop(c);
+    cluster.kill();
     // A file that is not a database: a clear error at start, exit 1.
+    let dir = &cluster.data;
     for side in ["colball.sqlite3-wal", "colball.sqlite3-shm"] {
         let _ = std::fs::remove_file(dir.join(side));
     }
@@ -181,13 +175,8 @@ async fn a_job_survives_coordinator_kills_and_resumes_where_it_stopped() {
     )
     .unwrap();
     let out = std::process::Command::new(bin)
-        .args([
-            "coordinator",
-            "--listen",
-            "127.0.0.1:0",
-            "--data-dir",
-            &data,
-        ])
+        .args(["coordinator", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -196,7 +185,6 @@ async fn a_job_survives_coordinator_kills_and_resumes_where_it_stopped() {
         stderr.contains("colball.sqlite3") && stderr.contains("not a database"),
         "{stderr}"
     );
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// `colball solve --connect`'s loop (`jobs::solve_in_order`) on 20,000
@@ -435,55 +423,17 @@ async fn the_http_job_api_submits_lists_streams_and_deletes() {
         serde_json::from_str::<serde_json::Value>(&list).unwrap()[0]["id"],
         id.as_str()
     );
-    // Bob does not see it.
-    assert_eq!(
-        http(
-            addr,
-            "GET",
-            &format!("/api/v1/jobs/{id}"),
-            Some("b-token"),
-            b""
-        )
-        .await
-        .0,
-        404
-    );
-    assert_eq!(
-        http(
-            addr,
-            "DELETE",
-            &format!("/api/v1/jobs/{id}"),
-            Some("b-token"),
-            b""
-        )
-        .await
-        .0,
-        404
-    );
-    assert_eq!(
-        http(
-            addr,
-            "DELETE",
-            &format!("/api/v1/jobs/{id}"),
-            Some("a-token"),
-            b""
-        )
-        .await
-        .0,
-        204
-    );
-    assert_eq!(
-        http(
-            addr,
-            "GET",
-            &format!("/api/v1/jobs/{id}"),
-            Some("a-token"),
-            b""
-        )
-        .await
-        .0,
-        404
-    );
+    // Bob does not see it or delete it; Alice deletes it, and it is gone.
+    let path = format!("/api/v1/jobs/{id}");
+    for (method, token, expected) in [
+        ("GET", "b-token", 404),
+        ("DELETE", "b-token", 404),
+        ("DELETE", "a-token", 204),
+        ("GET", "a-token", 404),
+    ] {
+        let (code, body) = http(addr, method, &path, Some(token), b"").await;
+        assert_eq!(code, expected, "{method} by {token}: {body}");
+    }
     cluster.shutdown().await;
     std::fs::remove_dir_all(&dir).unwrap();
 }
