@@ -17,6 +17,7 @@ use thiserror::Error;
 pub mod auth;
 pub mod grade;
 pub mod tls;
+pub mod work;
 
 pub use auth::Secret;
 /// The protobuf runtime the messages are generated for (to encode and
@@ -38,7 +39,11 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 /// The worker protocol version this build speaks. A worker registering with
 /// another version is refused (FAILED_PRECONDITION). Bump it on any change
 /// of the worker-facing messages that an older peer would misread.
-pub const PROTOCOL_VERSION: u32 = 1;
+///
+/// Version 2 packs the worker path ([`work`]): tasks carry packed boards and
+/// no client ids, answers carry move indices, results travel many to a
+/// message.
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The largest gRPC message, in bytes, that the coordinator, its workers and
 /// its clients send or accept (16 MiB). A larger message is refused with

@@ -87,10 +87,11 @@ fn exercise(bytes: &[u8]) -> Result<usize, TestCaseError> {
     }
     if let Ok(m) = v1::CoordinatorMessage::decode(bytes) {
         if let Some(v1::coordinator_message::Kind::Assign(a)) = m.kind {
-            for p in a.tasks.iter().filter_map(|t| t.puzzle.as_ref()) {
+            for t in &a.tasks {
                 converted += 1;
-                if let Err(e) = puzzle_from_wire(p) {
-                    check_error(p, &e)?;
+                // Any bytes: a puzzle or an error naming the task.
+                if let Err(e) = colball_proto::work::task_puzzle(t) {
+                    prop_assert!(e.to_string().contains(&format!("task {}", t.task_id)), "{}", e);
                 }
             }
         }

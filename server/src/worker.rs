@@ -19,9 +19,10 @@ use std::time::{Duration, Instant};
 use colball_proto::auth::{Bearer, Secret};
 use colball_proto::v1::workers_client::WorkersClient;
 use colball_proto::v1::{self, coordinator_message, task_result, worker_message};
-use colball_proto::{MAX_MESSAGE_BYTES, PROTOCOL_VERSION, puzzle_from_wire};
+use colball_proto::work::{method_to_wire, path_to_wire, task_puzzle};
+use colball_proto::{MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 use colball_solver::cache::CacheConfig;
-use colball_solver::{Engine, EngineConfig, Puzzle, Solution, Solver, Strategy};
+use colball_solver::{Engine, EngineConfig, Method, Puzzle, Solution, Solver, Strategy};
 use thiserror::Error;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -118,11 +119,11 @@ enum SessionEnd {
 /// The one place the worker calls the solver. The puzzle is announced to
 /// the shared engine first, so that `auto` sees targets that many assigned
 /// puzzles share and builds a distance table once they pay for one. Returns
-/// the solution and what answered it (`cache`, `bidir`, `idastar`, `table`).
-fn solve_puzzle(solver: &mut Solver, puzzle: &Puzzle) -> (Solution, &'static str) {
+/// the solution and what answered it.
+fn solve_puzzle(solver: &mut Solver, puzzle: &Puzzle) -> (Solution, Method) {
     solver.engine().announce([puzzle]);
     let answer = solver.solve(puzzle);
-    (answer.solution, answer.method.name())
+    (answer.solution, answer.method)
 }
 
 struct Job {
@@ -136,10 +137,19 @@ struct Done {
     result: v1::TaskResult,
 }
 
+/// The most tasks a session queues, whatever the coordinator says (its
+/// `max_tasks` is normally far lower): 64 bytes each.
+const MAX_HELD: usize = 1 << 20;
+
+/// The most results one message carries.
+const RESULTS_PER_MESSAGE: usize = 1024;
+
 /// The solver threads: one solver each, one shared engine (solution cache
-/// and distance tables), fed by a bounded channel.
+/// and distance tables), fed by a channel that the session bounds: it
+/// queues no more than the coordinator's `max_tasks` (and at most
+/// [`MAX_HELD`]).
 struct Pool {
-    jobs: std::sync::mpsc::SyncSender<Job>,
+    jobs: std::sync::mpsc::Sender<Job>,
     cancelled: Arc<Mutex<HashSet<u64>>>,
     session: Arc<AtomicU64>,
     engine: Arc<Engine>,
@@ -147,7 +157,7 @@ struct Pool {
 
 impl Pool {
     fn start(config: &Config, threads: usize, done: mpsc::Sender<Done>) -> Pool {
-        let (jobs, rx) = std::sync::mpsc::sync_channel::<Job>(threads * 4 + 64);
+        let (jobs, rx) = std::sync::mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
         let cancelled = Arc::new(Mutex::new(HashSet::new()));
         let session = Arc::new(AtomicU64::new(0));
@@ -258,10 +268,13 @@ fn solve_guarded(
 ) -> task_result::Outcome {
     let began = Instant::now();
     match std::panic::catch_unwind(AssertUnwindSafe(|| solve_puzzle(solver, puzzle))) {
-        Ok((solution, strategy)) => task_result::Outcome::Solved(v1::TaskSolved {
+        Ok((solution, method)) => task_result::Outcome::Solved(v1::TaskSolved {
             moves: solution.answer(),
-            solution: solution.notation(),
-            strategy: strategy.to_string(),
+            path: solution
+                .path()
+                .map(|p| path_to_wire(puzzle.size(), p))
+                .unwrap_or_default(),
+            method: method_to_wire(method) as i32,
             time_us: began.elapsed().as_micros() as u64,
         }),
         Err(_) => {
@@ -384,9 +397,12 @@ async fn session(
     tracing::info!(coordinator = %config.coordinator, slots = threads, "registered");
 
     let mut held: HashSet<u64> = HashSet::new();
+    // Until the coordinator says how many tasks it will send at most.
+    let mut max_held = MAX_HELD;
     let mut draining: Option<tokio::time::Instant> = None;
     let mut heartbeat = tokio::time::interval(Duration::from_secs(1));
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut finished = Vec::with_capacity(RESULTS_PER_MESSAGE);
     loop {
         // A draining worker leaves when the coordinator closes the session
         // (it does once the worker holds nothing), or at the deadline.
@@ -421,16 +437,27 @@ async fn session(
                         let every = Duration::from_millis(u64::from(r.heartbeat_interval_ms).max(10));
                         heartbeat = tokio::time::interval(every);
                         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                        if r.max_tasks > 0 {
+                            max_held = (r.max_tasks as usize).min(MAX_HELD);
+                        }
+                        tracing::info!(worker_id = %r.worker_id, max_tasks = r.max_tasks, "registered");
                     }
                     Some(coordinator_message::Kind::Assign(assign)) => {
+                        // Tasks that cannot be queued go back at once, in
+                        // one message.
+                        let mut back = Vec::new();
                         for task in assign.tasks {
-                            held.insert(task.task_id);
-                            if let Some(result) = submit(pool, session_id, task) {
-                                held.remove(&result.task_id);
-                                if out.send(result_message(result)).await.is_err() {
-                                    return ended(draining, "session closed");
-                                }
+                            if held.len() >= max_held || !held.insert(task.task_id) {
+                                back.push(given_back(task.task_id, "over the session's max_tasks"));
+                                continue;
                             }
+                            if let Some(result) = submit(pool, session_id, &task) {
+                                held.remove(&result.task_id);
+                                back.push(result);
+                            }
+                        }
+                        if !back.is_empty() && out.send(results_message(back)).await.is_err() {
+                            return ended(draining, "session closed");
                         }
                     }
                     Some(coordinator_message::Kind::Cancel(cancel)) => {
@@ -444,19 +471,36 @@ async fn session(
                     None => {}
                 }
             }
-            Some(done) = done_rx.recv() => {
-                if done.session != session_id || !held.remove(&done.result.task_id) {
+            n = done_rx.recv_many(&mut finished, RESULTS_PER_MESSAGE) => {
+                if n == 0 {
+                    return ended(draining, "the solver threads stopped");
+                }
+                // Whatever the solver threads have finished goes in one
+                // message: a lone result at once, results under load
+                // together, with no timer in between.
+                let results: Vec<v1::TaskResult> = finished
+                    .drain(..)
+                    .filter(|done| done.session == session_id && held.remove(&done.result.task_id))
+                    .map(|done| done.result)
+                    .collect();
+                if results.is_empty() {
                     continue;
                 }
-                pool.cancelled().remove(&done.result.task_id);
-                if out.send(result_message(done.result)).await.is_err() {
+                {
+                    let mut cancelled = pool.cancelled();
+                    if !cancelled.is_empty() {
+                        for r in &results {
+                            cancelled.remove(&r.task_id);
+                        }
+                    }
+                }
+                if out.send(results_message(results)).await.is_err() {
                     return ended(draining, "session closed");
                 }
             }
             _ = heartbeat.tick() => {
                 let beat = v1::WorkerMessage {
                     kind: Some(worker_message::Kind::Heartbeat(v1::Heartbeat {
-                        busy: held.len() as u32,
                         cache: Some(pool.cache_stats()),
                     })),
                 };
@@ -485,28 +529,32 @@ fn ended(draining: Option<tokio::time::Instant>, reason: &str) -> SessionEnd {
     }
 }
 
-fn result_message(result: v1::TaskResult) -> v1::WorkerMessage {
+/// Results in one message.
+fn results_message(results: Vec<v1::TaskResult>) -> v1::WorkerMessage {
     v1::WorkerMessage {
-        kind: Some(worker_message::Kind::Result(result)),
+        kind: Some(worker_message::Kind::Results(v1::Results { results })),
+    }
+}
+
+/// A task given back unsolved (the coordinator queues it again).
+fn given_back(task_id: u64, why: &str) -> v1::TaskResult {
+    tracing::debug!(task_id, why, "task given back");
+    v1::TaskResult {
+        task_id,
+        outcome: Some(task_result::Outcome::Cancelled(v1::Cancelled {})),
     }
 }
 
 /// Hands a task to the pool; returns a result to send at once when the
-/// task cannot be queued (malformed, or the queue is full).
-fn submit(pool: &Pool, session: u64, task: v1::Task) -> Option<v1::TaskResult> {
+/// task cannot be queued (malformed, or the pool is gone).
+fn submit(pool: &Pool, session: u64, task: &v1::Task) -> Option<v1::TaskResult> {
     let task_id = task.task_id;
-    let puzzle = match task.puzzle.as_ref().map(puzzle_from_wire) {
-        Some(Ok(p)) => p,
-        Some(Err(e)) => {
+    let puzzle = match task_puzzle(task) {
+        Ok(p) => p,
+        Err(e) => {
             return Some(v1::TaskResult {
                 task_id,
                 outcome: Some(task_result::Outcome::Error(e.to_string())),
-            });
-        }
-        None => {
-            return Some(v1::TaskResult {
-                task_id,
-                outcome: Some(task_result::Outcome::Error("task without puzzle".into())),
             });
         }
     };
@@ -514,16 +562,12 @@ fn submit(pool: &Pool, session: u64, task: v1::Task) -> Option<v1::TaskResult> {
         // The coordinator saw more of this target than we will at once.
         pool.engine.hint_target_count(&puzzle, task.target_share);
     }
-    match pool.jobs.try_send(Job {
+    match pool.jobs.send(Job {
         session,
         task_id,
         puzzle,
     }) {
         Ok(()) => None,
-        Err(_) => Some(v1::TaskResult {
-            task_id,
-            // Give it back: the coordinator queues it again.
-            outcome: Some(task_result::Outcome::Cancelled(v1::Cancelled {})),
-        }),
+        Err(_) => Some(given_back(task_id, "the solver threads are gone")),
     }
 }

@@ -15,11 +15,14 @@
 use thiserror::Error;
 
 use crate::board::{Board, Puzzle};
-use crate::moves::{MoveTable, apply_moves, parse_moves};
+use crate::moves::{Move, MoveTable, apply_moves, parse_moves};
 
 /// Longest answer text accepted (18 moves of 4 characters would be 72;
 /// the longest optimal 4x4 answer is far shorter).
-pub const MAX_SOLUTION_BYTES: usize = 4 * 64;
+pub const MAX_SOLUTION_BYTES: usize = 4 * MAX_PATH_MOVES;
+
+/// Longest move sequence accepted.
+pub const MAX_PATH_MOVES: usize = 64;
 
 /// Why a reported answer was refused.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
@@ -64,11 +67,32 @@ pub fn check_answer(puzzle: &Puzzle, moves: i64, solution: &str) -> Result<(), R
             solution.len()
         )));
     }
+    if moves == -1 && !solution.trim().is_empty() {
+        return Err(Rejection::Malformed(
+            "a sequence given with the count -1".into(),
+        ));
+    }
+    let sequence =
+        parse_moves(puzzle.size(), solution).map_err(|e| Rejection::IllegalMove(e.to_string()))?;
+    check_moves(puzzle, moves, &sequence)
+}
+
+/// Checks that the move sequence `path` turns the puzzle's start into its
+/// target in exactly `moves` moves, or that `moves == -1`, `path` is empty
+/// and the target is in fact unreachable. (The wire's move indices become
+/// `path` through [`crate::moves::MoveTable::move_at`].)
+pub fn check_moves(puzzle: &Puzzle, moves: i64, path: &[Move]) -> Result<(), Rejection> {
+    if path.len() > MAX_PATH_MOVES {
+        return Err(Rejection::Malformed(format!(
+            "a sequence of {} moves (at most {MAX_PATH_MOVES})",
+            path.len()
+        )));
+    }
     if moves < -1 {
         return Err(Rejection::Malformed(format!("a count of {moves}")));
     }
     if moves == -1 {
-        if !solution.trim().is_empty() {
+        if !path.is_empty() {
             return Err(Rejection::Malformed(
                 "a sequence given with the count -1".into(),
             ));
@@ -79,16 +103,14 @@ pub fn check_answer(puzzle: &Puzzle, moves: i64, solution: &str) -> Result<(), R
             Ok(())
         };
     }
-    let sequence =
-        parse_moves(puzzle.size(), solution).map_err(|e| Rejection::IllegalMove(e.to_string()))?;
-    if sequence.len() as i64 != moves {
+    if path.len() as i64 != moves {
         return Err(Rejection::WrongCount {
             count: moves,
-            length: sequence.len(),
+            length: path.len(),
         });
     }
-    let end = apply_moves(puzzle.start(), &sequence)
-        .map_err(|e| Rejection::IllegalMove(e.to_string()))?;
+    let end =
+        apply_moves(puzzle.start(), path).map_err(|e| Rejection::IllegalMove(e.to_string()))?;
     if end != puzzle.target() {
         return Err(Rejection::MissesTarget);
     }

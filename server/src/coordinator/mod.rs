@@ -138,7 +138,7 @@ impl Default for Config {
             max_attempts: 3,
             credit_per_slot: 2,
             max_worker_slots: 256,
-            max_chunk: 64,
+            max_chunk: 1024,
             heartbeat_interval: Duration::from_secs(1),
             missed_heartbeats: 3,
             task_timeout: Duration::from_secs(30),
@@ -166,9 +166,7 @@ impl Config {
         Limits {
             max_pending: self.max_pending,
             max_attempts: self.max_attempts.max(1),
-            credit: Credit {
-                per_slot: self.credit_per_slot.max(1),
-            },
+            credit: Credit::new(self.credit_per_slot.max(1)),
             max_chunk: self.max_chunk.max(1),
             max_unread: self.max_unread.max(1),
             max_worker_slots: self.max_worker_slots.max(1),
@@ -1106,15 +1104,17 @@ impl Workers for WorkersService {
         // Credit bounds what is ever queued on this stream: assignments
         // for at most the worker's credit, their cancels, and the greeting.
         let (tx, rx) = mpsc::unbounded_channel();
+        let worker = shared.next_worker.fetch_add(1, Ordering::Relaxed);
         let greeting = v1::CoordinatorMessage {
             kind: Some(coordinator_message::Kind::Registered(v1::Registered {
-                worker_id: String::new(),
+                worker_id: state::shown_name(&name, worker),
                 heartbeat_interval_ms: shared.config.heartbeat_interval.as_millis() as u32,
+                max_tasks: u32::try_from(shared.config.limits().credit.max_tasks(register.slots))
+                    .unwrap_or(u32::MAX),
             })),
         };
         // The greeting goes first, before any assignment.
         let _ = tx.send(Ok(greeting));
-        let worker = shared.next_worker.fetch_add(1, Ordering::Relaxed);
         let stop = CancellationToken::new();
         shared.links.insert(
             worker,
@@ -1185,8 +1185,8 @@ async fn session_loop(
                 tracing::info!(worker, "worker draining");
                 shared.run(|s| ((), s.drain(worker, now)));
             }
-            Some(worker_message::Kind::Result(result)) => {
-                shared.run(|s| ((), s.result(worker, result, now)));
+            Some(worker_message::Kind::Results(batch)) => {
+                shared.run(|s| ((), s.results(worker, batch.results, now)));
             }
             Some(worker_message::Kind::Register(_)) => {
                 tracing::warn!(worker, "worker registered twice; ignored");

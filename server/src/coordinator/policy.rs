@@ -17,7 +17,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 
 use colball_proto::v1;
-use colball_solver::Board;
+use colball_solver::{Board, Size};
 
 /// A request's priority class; higher classes are always dispatched first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -279,18 +279,60 @@ impl FairQueue {
     }
 }
 
-/// How many tasks a worker may hold: `per_slot` per solver slot, so each
-/// thread has its next puzzle at hand while it solves one. Computed in 64
-/// bits and capped, so no registration can overflow it.
+/// How much work a worker may hold: `per_slot` 4x4 puzzles' worth per
+/// solver slot, so each thread has its next puzzle at hand while it solves
+/// one. Tasks are weighed by their board ([`weight`]): a slot holds 2 4x4
+/// puzzles or 2,048 2x2 ones, about the same time of work, so a worker on
+/// small boards is not starved by round trips between tiny batches, and an
+/// interactive request never waits behind more than a few milliseconds of
+/// queued work per slot. In weight units, computed in 64 bits and capped,
+/// so no registration can overflow it.
 #[derive(Clone, Copy, Debug)]
 pub struct Credit {
     pub per_slot: u32,
+    /// The weight of one credit: [`WEIGHT_4X4`] (a slot's credit counts 4x4
+    /// puzzles); tests of the scheduler set their puzzles' weight, to count
+    /// tasks.
+    pub unit: usize,
 }
 
 impl Credit {
+    /// `per_slot` 4x4 puzzles a slot.
+    pub fn new(per_slot: u32) -> Credit {
+        Credit {
+            per_slot,
+            unit: WEIGHT_4X4,
+        }
+    }
+
     pub fn of(self, slots: u32) -> usize {
-        let credit = u64::from(slots).saturating_mul(u64::from(self.per_slot.max(1)));
+        let credit = u64::from(slots)
+            .saturating_mul(u64::from(self.per_slot.max(1)))
+            .saturating_mul(self.unit.max(1) as u64);
         usize::try_from(credit).unwrap_or(usize::MAX)
+    }
+
+    /// The most tasks a worker of `slots` can hold at once (all of the
+    /// lightest weight, plus one over): what it is told to queue for.
+    pub fn max_tasks(self, slots: u32) -> usize {
+        self.of(slots).saturating_add(1)
+    }
+}
+
+/// A 4x4 puzzle's weight.
+pub const WEIGHT_4X4: usize = 1024;
+
+/// A task's weight in credit units: roughly its search's mean time in
+/// steps of a 4x4 puzzle's 1/1024 (docs/PERFORMANCE.md: 2x2 0.3 us, 2x3
+/// 1.4 us, 2x4 4 us, 3x3 6 us, 3x4 46 us, 4x4 1.75 ms), at least 1.
+pub fn weight(size: Size) -> usize {
+    match size.cells() {
+        0..=4 => 1,
+        5..=6 => 2,
+        7..=8 => 4,
+        9 => 4,
+        10..=12 => 32,
+        _ => WEIGHT_4X4,
     }
 }
 
@@ -412,11 +454,30 @@ mod tests {
 
     #[test]
     fn credit_cannot_overflow() {
-        let credit = Credit { per_slot: 2 };
-        assert_eq!(credit.of(3), 6);
-        assert_eq!(credit.of(1 << 31), 1 << 32);
-        assert_eq!(credit.of(u32::MAX), 2 * u32::MAX as usize);
-        assert_eq!(Credit { per_slot: 0 }.of(4), 4);
+        let credit = Credit::new(2);
+        assert_eq!(credit.of(3), 6 * WEIGHT_4X4);
+        assert_eq!(credit.of(1 << 31), (1 << 32) * WEIGHT_4X4);
+        assert_eq!(credit.of(u32::MAX), 2 * u32::MAX as usize * WEIGHT_4X4);
+        assert_eq!(Credit::new(0).of(4), 4 * WEIGHT_4X4);
+        let huge = Credit {
+            per_slot: u32::MAX,
+            unit: usize::MAX,
+        };
+        assert_eq!(huge.of(u32::MAX), usize::MAX);
+        assert_eq!(huge.max_tasks(u32::MAX), usize::MAX);
+    }
+
+    #[test]
+    fn weights_grow_with_the_board() {
+        let weights: Vec<usize> = Size::ALL.into_iter().map(weight).collect();
+        assert!(weights.windows(2).all(|w| w[0] <= w[1]), "{weights:?}");
+        assert_eq!(weights[0], 1);
+        assert_eq!(weight(Size::new(4, 4).unwrap()), WEIGHT_4X4);
+        // A slot holds the same two 4x4 puzzles as before weights, and
+        // thousands of the smallest boards.
+        let credit = Credit::new(2);
+        assert_eq!(credit.of(1) / weight(Size::new(4, 4).unwrap()), 2);
+        assert_eq!(credit.of(1) / weights[0], 2048);
     }
 
     #[test]

@@ -36,15 +36,15 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use colball_proto::v1::{self, cluster_event::Kind as EventKind, puzzle_result, task_result};
-use colball_solver::Puzzle;
-use colball_solver::verify::{Rejection, check_answer};
+use colball_proto::work::{method_from_wire, path_from_wire, task_to_wire};
+use colball_solver::verify::{MAX_PATH_MOVES, Rejection, check_moves};
+use colball_solver::{Puzzle, Size, format_moves};
 
-use super::policy::{Credit, Depths, FairQueue, Priority, TargetShare};
+use super::policy::{Credit, Depths, FairQueue, Priority, TargetShare, weight};
 use crate::cache::Answer;
 use crate::error::ServerError;
 
 /// Longest strategy name a worker may report.
-const MAX_STRATEGY_BYTES: usize = 32;
 
 /// One puzzle to dispatch.
 #[derive(Debug, Clone)]
@@ -119,6 +119,8 @@ pub enum ProtocolError {
     NoOutcome(u64),
     #[error("a result for task {0}, which it does not hold")]
     NotHeld(u64),
+    #[error("a results message with no result")]
+    EmptyResults,
 }
 
 /// An answer that failed the coordinator's check, and where.
@@ -286,8 +288,8 @@ impl Default for Limits {
         Limits {
             max_pending: 1_000_000,
             max_attempts: 3,
-            credit: Credit { per_slot: 2 },
-            max_chunk: 64,
+            credit: Credit::new(2),
+            max_chunk: 1024,
             max_unread: 16_384,
             max_worker_slots: 256,
             task_timeout: Duration::from_secs(30),
@@ -426,6 +428,29 @@ struct Request {
     held: bool,
 }
 
+/// One task or audit a worker holds: what it is, since when, and its weight.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    holds: Holds,
+    since: Instant,
+    weight: usize,
+}
+
+impl Worker {
+    fn hold(&mut self, id: u64, held: Held) {
+        self.load += held.weight;
+        if let Some(old) = self.in_flight.insert(id, held) {
+            self.load -= old.weight;
+        }
+    }
+
+    fn unhold(&mut self, id: u64) -> Option<Held> {
+        let held = self.in_flight.remove(&id)?;
+        self.load -= held.weight;
+        Some(held)
+    }
+}
+
 /// What a worker's slot holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Holds {
@@ -440,8 +465,11 @@ struct Worker {
     name: String,
     key: WorkerKey,
     slots: u32,
+    /// Credit in weight units ([`policy::weight`]), and the weight of what
+    /// it holds.
     credit: usize,
-    in_flight: HashMap<u64, (Holds, Instant)>,
+    load: usize,
+    in_flight: HashMap<u64, Held>,
     last_seen: Instant,
     draining: bool,
     solved: u64,
@@ -738,7 +766,7 @@ impl State {
             }
             self.quarantined.remove(&key);
         }
-        let shown = format!("{name}#{id}");
+        let shown = shown_name(name, id);
         let mut effects = vec![Effect::Publish(EventKind::WorkerJoined(v1::WorkerJoined {
             worker: id,
             name: shown.clone(),
@@ -751,6 +779,7 @@ impl State {
                 key,
                 slots,
                 credit: self.limits.credit.of(slots),
+                load: 0,
                 in_flight: HashMap::new(),
                 last_seen: now,
                 draining: false,
@@ -820,7 +849,7 @@ impl State {
             self.no_workers_since = Some(now);
         }
         let (mut redispatched, mut failed) = (0, 0);
-        let mut ids: Vec<(u64, Holds)> = w.in_flight.iter().map(|(&id, &(h, _))| (id, h)).collect();
+        let mut ids: Vec<(u64, Holds)> = w.in_flight.iter().map(|(&id, h)| (id, h.holds)).collect();
         ids.sort_unstable_by_key(|(id, _)| *id);
         for (id, holds) in ids {
             match holds {
@@ -914,33 +943,51 @@ impl State {
 
     /// Handles one result from a worker.
     pub fn result(&mut self, worker: u64, result: v1::TaskResult, now: Instant) -> Effects {
+        self.results(worker, vec![result], now)
+    }
+
+    /// Handles one message of results from a worker, in order, then hands
+    /// out the credit they freed in one dispatch. An empty message, like a
+    /// result for a task the worker does not hold, is a protocol error.
+    pub fn results(&mut self, worker: u64, results: Vec<v1::TaskResult>, now: Instant) -> Effects {
         let mut effects = Vec::new();
-        let Some(w) = self.workers.get_mut(&worker) else {
+        if !self.workers.contains_key(&worker) {
             return effects;
-        };
-        w.last_seen = now;
-        let task_id = result.task_id;
-        let Some((holds, _)) = w.in_flight.remove(&task_id) else {
-            let e = ProtocolError::NotHeld(task_id);
+        }
+        if results.is_empty() {
+            let e = ProtocolError::EmptyResults;
             self.lose(worker, LossReason::Protocol(e), now, &mut effects);
             return effects;
-        };
-        let Some(outcome) = result.outcome else {
-            // Give the slot back so `lose` re-dispatches it.
-            if let Some(w) = self.workers.get_mut(&worker) {
-                w.in_flight.insert(task_id, (holds, now));
-            }
-            let e = ProtocolError::NoOutcome(task_id);
-            self.lose(worker, LossReason::Protocol(e), now, &mut effects);
-            return effects;
-        };
-        // A plain answer frees this worker's slot only; anything else may
+        }
+        // Plain answers free this worker's credit only; anything else may
         // have queued work for every worker.
-        let only = matches!(outcome, task_result::Outcome::Solved(_)).then_some(worker);
-        match holds {
-            Holds::Released => {}
-            Holds::Audit => self.audit_result(worker, task_id, outcome, now, &mut effects),
-            Holds::Task => self.task_result(worker, task_id, outcome, now, &mut effects),
+        let mut only = Some(worker);
+        for result in results {
+            let Some(w) = self.workers.get_mut(&worker) else {
+                return effects;
+            };
+            w.last_seen = now;
+            let task_id = result.task_id;
+            let Some(held) = w.unhold(task_id) else {
+                let e = ProtocolError::NotHeld(task_id);
+                self.lose(worker, LossReason::Protocol(e), now, &mut effects);
+                return effects;
+            };
+            let Some(outcome) = result.outcome else {
+                // Give the slot back so `lose` re-dispatches it.
+                w.hold(task_id, held);
+                let e = ProtocolError::NoOutcome(task_id);
+                self.lose(worker, LossReason::Protocol(e), now, &mut effects);
+                return effects;
+            };
+            if !matches!(outcome, task_result::Outcome::Solved(_)) {
+                only = None;
+            }
+            match held.holds {
+                Holds::Released => {}
+                Holds::Audit => self.audit_result(worker, task_id, outcome, now, &mut effects),
+                Holds::Task => self.task_result(worker, task_id, outcome, now, &mut effects),
+            }
         }
         if self.workers.contains_key(&worker) {
             self.dispatch(now, only, &mut effects);
@@ -976,22 +1023,17 @@ impl State {
                 self.requeue(task_id, true, effects);
             }
             task_result::Outcome::Solved(s) => {
-                let checked = if s.strategy.len() > MAX_STRATEGY_BYTES {
-                    Err(Rejection::Malformed(format!(
-                        "a strategy name of {} bytes",
-                        s.strategy.len()
-                    )))
-                } else {
-                    check_answer(&task.puzzle, s.moves, &s.solution)
+                let s = match check_solved(&task.puzzle, s) {
+                    Ok(s) => s,
+                    Err(rejection) => {
+                        let rejected = Rejected {
+                            reason: RejectReason::Replay(rejection),
+                            puzzle: task.id.clone(),
+                        };
+                        self.reject(worker, Some(task_id), rejected, now, effects);
+                        return;
+                    }
                 };
-                if let Err(rejection) = checked {
-                    let rejected = Rejected {
-                        reason: RejectReason::Replay(rejection),
-                        puzzle: task.id.clone(),
-                    };
-                    self.reject(worker, Some(task_id), rejected, now, effects);
-                    return;
-                }
                 let Some(task) = self.take(task_id) else {
                     return;
                 };
@@ -1008,7 +1050,7 @@ impl State {
                     answer: Answer {
                         moves: s.moves,
                         solution: s.solution.clone(),
-                        strategy: s.strategy.clone(),
+                        strategy: s.strategy.to_string(),
                         worker: name.clone(),
                     },
                 });
@@ -1016,7 +1058,7 @@ impl State {
                 let solved = v1::Solved {
                     moves: s.moves,
                     solution: s.solution,
-                    strategy: s.strategy,
+                    strategy: s.strategy.to_string(),
                     worker: name,
                     time_us: s.time_us,
                     cached: false,
@@ -1119,14 +1161,17 @@ impl State {
         let Some(audit) = self.audits.remove(&audit_id) else {
             return;
         };
-        if let Err(rejection) = check_answer(&audit.puzzle, s.moves, &s.solution) {
-            let rejected = Rejected {
-                reason: RejectReason::Replay(rejection),
-                puzzle: audit.id,
-            };
-            self.reject(worker, None, rejected, now, effects);
-            return;
-        }
+        let s = match check_solved(&audit.puzzle, s) {
+            Ok(s) => s,
+            Err(rejection) => {
+                let rejected = Rejected {
+                    reason: RejectReason::Replay(rejection),
+                    puzzle: audit.id,
+                };
+                self.reject(worker, None, rejected, now, effects);
+                return;
+            }
+        };
         if s.moves == audit.moves {
             self.counters.audits_passed += 1;
             return;
@@ -1153,7 +1198,7 @@ impl State {
                 answer: Answer {
                     moves: s.moves,
                     solution: s.solution,
-                    strategy: s.strategy,
+                    strategy: s.strategy.to_string(),
                     worker: name,
                 },
             });
@@ -1196,7 +1241,7 @@ impl State {
                 } else if w
                     .in_flight
                     .values()
-                    .any(|(_, since)| now.saturating_duration_since(*since) > overdue)
+                    .any(|h| now.saturating_duration_since(h.since) > overdue)
                 {
                     Some((id, LossReason::Stuck))
                 } else {
@@ -1336,7 +1381,7 @@ impl State {
             .get_mut(&worker)
             .and_then(|w| w.in_flight.get_mut(&task))
         {
-            held.0 = Holds::Released;
+            held.holds = Holds::Released;
         }
     }
 
@@ -1372,16 +1417,20 @@ impl State {
             if w.draining {
                 continue;
             }
-            let mut free = w.credit.saturating_sub(w.in_flight.len());
+            // A worker gets tasks while its load is below its credit (so
+            // it may end over it by less than one task's weight).
+            let mut load = w.load;
+            let credit = w.credit;
             let mut chunk = Vec::new();
             let mut holds = Vec::new();
-            while free > 0 {
+            while load < credit {
                 let Some((id, task, kind)) = self.next_for(wid, now) else {
                     break;
                 };
+                let weight = weight_of(&task);
+                load += weight;
                 chunk.push(task);
-                holds.push((id, kind));
-                free -= 1;
+                holds.push((id, kind, weight));
                 if chunk.len() == self.limits.max_chunk {
                     effects.push(Effect::Assign {
                         worker: wid,
@@ -1390,8 +1439,15 @@ impl State {
                 }
             }
             if let Some(w) = self.workers.get_mut(&wid) {
-                for (id, kind) in holds {
-                    w.in_flight.insert(id, (kind, now));
+                for (id, holds, weight) in holds {
+                    w.hold(
+                        id,
+                        Held {
+                            holds,
+                            since: now,
+                            weight,
+                        },
+                    );
                 }
             }
             if !chunk.is_empty() {
@@ -1416,14 +1472,7 @@ impl State {
             let id = self.audit_queue.remove(at)?;
             let audit = self.audits.get_mut(&id)?;
             audit.worker = Some(wid);
-            let task = v1::Task {
-                task_id: id,
-                puzzle: Some(colball_proto::puzzle_to_wire(
-                    audit.id.clone(),
-                    &audit.puzzle,
-                )),
-                target_share: 0,
-            };
+            let task = task_to_wire(id, &audit.puzzle, 0);
             return Some((id, task, Holds::Audit));
         }
         let id = self.queue.pop()?;
@@ -1434,12 +1483,11 @@ impl State {
             since: now,
             attempt: task.attempts,
         };
-        let wire = v1::Task {
-            task_id: id,
-            puzzle: Some(colball_proto::puzzle_to_wire(task.id.clone(), &task.puzzle)),
-            target_share: task.target_share,
-        };
-        Some((id, wire, Holds::Task))
+        Some((
+            id,
+            task_to_wire(id, &task.puzzle, task.target_share),
+            Holds::Task,
+        ))
     }
 
     fn random_unit(&mut self) -> f64 {
@@ -1476,7 +1524,7 @@ impl State {
                         .get(&worker)
                         .unwrap_or_else(|| panic!("task {id} on unknown worker"));
                     assert_eq!(
-                        w.in_flight.get(id).map(|h| h.0),
+                        w.in_flight.get(id).map(|h| h.holds),
                         Some(Holds::Task),
                         "task {id}"
                     );
@@ -1489,12 +1537,20 @@ impl State {
             assert!(task.attempts <= self.limits.max_attempts);
         }
         for (wid, w) in &self.workers {
+            let max_weight = Size::ALL.into_iter().map(weight).max().unwrap_or(1);
             assert!(
-                w.in_flight.len() <= w.credit,
-                "worker {wid} over its credit"
+                w.load < w.credit + max_weight,
+                "worker {wid} over its credit: {} of {}",
+                w.load,
+                w.credit
             );
-            for (id, (holds, _)) in &w.in_flight {
-                match holds {
+            assert_eq!(
+                w.load,
+                w.in_flight.values().map(|h| h.weight).sum::<usize>(),
+                "worker {wid}'s load"
+            );
+            for (id, held) in &w.in_flight {
+                match &held.holds {
                     Holds::Task => assert!(
                         matches!(self.tasks.get(id).map(|t| t.state), Some(TaskState::Assigned { worker, .. }) if worker == *wid),
                         "worker {wid} holds task {id} not assigned to it"
@@ -1519,6 +1575,51 @@ impl State {
     }
 }
 
+/// The name results and events show for worker number `id` that
+/// registered as `name`.
+pub fn shown_name(name: &str, id: u64) -> String {
+    format!("{name}#{id}")
+}
+
+/// The weight of a wire task (of its board's size).
+fn weight_of(task: &v1::Task) -> usize {
+    Size::new(task.rows as usize, task.cols as usize).map_or(1, weight)
+}
+
+/// A worker's answer after its replay: the moves in the client API's
+/// notation and the method's name.
+#[derive(Debug)]
+struct Checked {
+    moves: i64,
+    solution: String,
+    strategy: &'static str,
+    time_us: u64,
+}
+
+/// Reads and replays a worker's answer (protocol 2: move indices and a
+/// method number); anything that is not a shortest-looking valid answer is
+/// a [`Rejection`].
+fn check_solved(puzzle: &Puzzle, s: v1::TaskSolved) -> Result<Checked, Rejection> {
+    let strategy = method_from_wire(s.method)
+        .ok_or_else(|| Rejection::Malformed(format!("an unknown method number {}", s.method)))?
+        .name();
+    if s.path.len() > MAX_PATH_MOVES {
+        return Err(Rejection::Malformed(format!(
+            "a path of {} moves (at most {MAX_PATH_MOVES})",
+            s.path.len()
+        )));
+    }
+    let path = path_from_wire(puzzle.size(), &s.path)
+        .map_err(|e| Rejection::IllegalMove(e.to_string()))?;
+    check_moves(puzzle, s.moves, &path)?;
+    Ok(Checked {
+        moves: s.moves,
+        solution: format_moves(&path),
+        strategy,
+        time_us: s.time_us,
+    })
+}
+
 fn truncate(text: &str, max: usize) -> &str {
     match text.char_indices().nth(max) {
         Some((at, _)) => &text[..at],
@@ -1529,14 +1630,18 @@ fn truncate(text: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use colball_proto::puzzle_from_wire;
+    use colball_proto::work::task_puzzle;
+    use colball_solver::verify::check_answer;
     use colball_solver::generate::Generator;
-    use colball_solver::{BidirSearch, Size};
+    use colball_solver::BidirSearch;
 
     fn limits() -> Limits {
         Limits {
             max_pending: 100,
-            credit: Credit { per_slot: 1 },
+            credit: Credit {
+                per_slot: 1,
+                unit: weight(Size::new(3, 3).unwrap()),
+            },
             audit_rate: 0.0,
             ..Limits::default()
         }
@@ -1628,25 +1733,30 @@ mod tests {
 
     /// The true answer to an assigned task, as a worker reports it.
     fn answer(task: &v1::Task) -> v1::TaskResult {
-        let puzzle = puzzle_from_wire(task.puzzle.as_ref().unwrap()).unwrap();
+        let puzzle = task_puzzle(task).unwrap();
         let solution = BidirSearch::new().solve(&puzzle);
-        solved(task.task_id, solution.answer(), &solution.notation())
+        solved(
+            puzzle.size(),
+            task.task_id,
+            solution.answer(),
+            &solution.notation(),
+        )
     }
 
-    fn solved(task_id: u64, moves: i64, solution: &str) -> v1::TaskResult {
+    fn solved(size: Size, task_id: u64, moves: i64, solution: &str) -> v1::TaskResult {
         v1::TaskResult {
             task_id,
-            outcome: Some(outcome(moves, solution.to_string())),
+            outcome: Some(outcome(size, moves, solution)),
         }
     }
 
-    fn outcome(moves: i64, solution: String) -> task_result::Outcome {
-        task_result::Outcome::Solved(v1::TaskSolved {
-            moves,
-            solution,
-            strategy: "bidir".into(),
-            time_us: 1,
-        })
+    fn outcome(size: Size, moves: i64, solution: &str) -> task_result::Outcome {
+        crate::testing::worker_answer(size, moves, solution)
+    }
+
+    /// The moves of a worker's answer, in notation.
+    fn notation(size: Size, s: &v1::TaskSolved) -> String {
+        format_moves(&path_from_wire(size, &s.path).unwrap())
     }
 
     fn outcome_moves(r: &v1::PuzzleResult) -> Option<i64> {
@@ -1984,7 +2094,7 @@ mod tests {
         s.admit(
             11,
             spec("a", Priority::Interactive, 1),
-            puzzles(1, Size::new(2, 3).unwrap(), 3),
+            puzzles(1, Size::new(3, 3).unwrap(), 3),
             now,
         )
         .unwrap();
@@ -2005,7 +2115,8 @@ mod tests {
             &s.admit(10, spec("c", Priority::Normal, 3), tasks(3), now)
                 .unwrap(),
         );
-        let e = s.result(1, solved(held[0].1.task_id, 2, "r22 c33"), now);
+        let size = task_puzzle(&held[0].1).unwrap().size();
+        let e = s.result(1, solved(size, held[0].1.task_id, 2, "r22 c33"), now);
         assert!(delivered(&e).is_empty());
         assert!(!e.iter().any(|e| matches!(e, Effect::Cache { .. })));
         assert!(matches!(closed(&e)[..], [(1, LossReason::Quarantined(_))]));
@@ -2039,7 +2150,8 @@ mod tests {
             &s.admit(10, spec("c", Priority::Normal, 1), tasks(1), now)
                 .unwrap(),
         );
-        let e = s.result(1, solved(held[0].1.task_id, -1, ""), now);
+        let size = task_puzzle(&held[0].1).unwrap().size();
+        let e = s.result(1, solved(size, held[0].1.task_id, -1, ""), now);
         assert!(delivered(&e).is_empty());
         assert!(matches!(
             &closed(&e)[..],
@@ -2118,10 +2230,12 @@ mod tests {
         let Some(task_result::Outcome::Solved(h)) = &honest.outcome else {
             unreachable!()
         };
+        let size = task_puzzle(&held[0].1).unwrap().size();
         let padded = solved(
+            size,
             held[0].1.task_id,
             h.moves + 4,
-            &format!("{} r22 r22 r22 r22", h.solution),
+            &format!("{} r22 r22 r22 r22", notation(size, h)),
         );
         let e = s.result(1, padded, now);
         assert_eq!(
@@ -2361,7 +2475,7 @@ mod tests {
                 Limits {
                     max_pending: 40,
                     max_unread: 3,
-                    credit: Credit { per_slot: 2 },
+                    credit: Credit::new(2),
                     audit_rate: 0.3,
                     max_attempts: 3,
                     ..Limits::default()
@@ -2463,14 +2577,15 @@ mod tests {
                         };
                         puzzles_of.insert(task_id, puzzle);
                         let (n, text) = answers[&puzzle].clone();
+                        let size = puzzle.size();
                         let outcome = match how {
-                            How::Right | How::NotHeld | How::Late => Some(outcome(n, text)),
-                            How::WrongCount => Some(outcome(n + 1, text)),
-                            How::Misses => Some(outcome(1, "c22".into())),
+                            How::Right | How::NotHeld | How::Late => Some(outcome(size, n, &text)),
+                            How::WrongCount => Some(outcome(size, n + 1, &text)),
+                            How::Misses => Some(outcome(size, 1, "c22")),
                             How::Padded if n >= 0 => {
-                                Some(outcome(n + 4, format!("{text} r22 r22 r22 r22")))
+                                Some(outcome(size, n + 4, &format!("{text} r22 r22 r22 r22")))
                             }
-                            How::Padded => Some(outcome(n, text)),
+                            How::Padded => Some(outcome(size, n, &text)),
                             How::NoOutcome => None,
                             How::Cancelled => {
                                 Some(task_result::Outcome::Cancelled(v1::Cancelled {}))
@@ -2538,28 +2653,32 @@ mod tests {
                     w.apply(e);
                 }
                 for wid in w.workers.clone() {
+                    // All it holds, in one message (as a worker under load
+                    // sends them).
                     let sent = std::mem::take(w.sent.entry(wid).or_default());
-                    for task_id in sent {
-                        let puzzle = s
-                            .tasks
-                            .get(&task_id)
-                            .map(|t| t.puzzle)
-                            .or_else(|| s.audits.get(&task_id).map(|a| a.puzzle));
-                        let outcome = match puzzle {
-                            Some(p) => {
-                                let (n, text) = answers[&p].clone();
-                                outcome(n, text)
-                            }
-                            None => task_result::Outcome::Cancelled(v1::Cancelled {}),
-                        };
-                        let e = s.result(
-                            wid,
+                    let results: Vec<v1::TaskResult> = sent
+                        .into_iter()
+                        .map(|task_id| {
+                            let puzzle = s
+                                .tasks
+                                .get(&task_id)
+                                .map(|t| t.puzzle)
+                                .or_else(|| s.audits.get(&task_id).map(|a| a.puzzle));
+                            let outcome = match puzzle {
+                                Some(p) => {
+                                    let (n, text) = answers[&p].clone();
+                                    outcome(p.size(), n, &text)
+                                }
+                                None => task_result::Outcome::Cancelled(v1::Cancelled {}),
+                            };
                             v1::TaskResult {
                                 task_id,
                                 outcome: Some(outcome),
-                            },
-                            now,
-                        );
+                            }
+                        })
+                        .collect();
+                    if !results.is_empty() {
+                        let e = s.results(wid, results, now);
                         w.apply(e);
                     }
                 }
@@ -2604,9 +2723,9 @@ mod tests {
             if s.queue.has_eligible() {
                 for (id, worker) in &s.workers {
                     assert!(
-                        worker.draining || worker.in_flight.len() == worker.credit,
+                        worker.draining || worker.load >= worker.credit,
                         "worker {id} idles with {} of {} while work waits",
-                        worker.in_flight.len(),
+                        worker.load,
                         worker.credit
                     );
                 }

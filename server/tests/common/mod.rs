@@ -99,7 +99,6 @@ impl FakeWorker {
         tokio::spawn(async move {
             let beat = v1::WorkerMessage {
                 kind: Some(worker_message::Kind::Heartbeat(v1::Heartbeat {
-                    busy: 0,
                     cache: None,
                 })),
             };

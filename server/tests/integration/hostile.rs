@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use crate::common::{FakeWorker, mixed, quick};
 use colball_client::remote::Client;
-use colball_proto::puzzle_from_wire;
-use colball_proto::v1::{self, coordinator_message, task_result, worker_message};
+use colball_proto::work::task_puzzle;
+use colball_server::testing::worker_answer;
+use colball_proto::v1::{self, coordinator_message, worker_message};
 use colball_server::coordinator::Config;
 use colball_server::testing::LocalCluster;
 use colball_solver::{BidirSearch, Puzzle};
@@ -51,17 +52,11 @@ fn spawn_liar(mut fake: FakeWorker, lie: Lie) -> tokio::task::JoinHandle<Option<
                 continue;
             };
             for task in assign.tasks {
-                let puzzle: Puzzle = puzzle_from_wire(task.puzzle.as_ref().unwrap()).unwrap();
+                let puzzle: Puzzle = task_puzzle(&task).unwrap();
                 let s = search.solve(&puzzle);
                 let truth = (s.answer(), s.notation());
-                let solved = |moves: i64, solution: String| {
-                    Some(task_result::Outcome::Solved(v1::TaskSolved {
-                        moves,
-                        solution,
-                        strategy: "bidir".into(),
-                        time_us: 1,
-                    }))
-                };
+                let solved =
+                    |moves: i64, solution: String| Some(worker_answer(puzzle.size(), moves, &solution));
                 let outcome = match lie {
                     Lie::Fixed => solved(2, "r22 c33".into()),
                     Lie::WrongCount => solved(truth.0 + 1, truth.1.clone()),
@@ -81,9 +76,11 @@ fn spawn_liar(mut fake: FakeWorker, lie: Lie) -> tokio::task::JoinHandle<Option<
                 };
                 previous = Some(truth);
                 let message = v1::WorkerMessage {
-                    kind: Some(worker_message::Kind::Result(v1::TaskResult {
-                        task_id: task.task_id,
-                        outcome,
+                    kind: Some(worker_message::Kind::Results(v1::Results {
+                        results: vec![v1::TaskResult {
+                            task_id: task.task_id,
+                            outcome,
+                        }],
                     })),
                 };
                 if fake.out.send(message).await.is_err() {
