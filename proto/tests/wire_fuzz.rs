@@ -91,7 +91,11 @@ fn exercise(bytes: &[u8]) -> Result<usize, TestCaseError> {
                 converted += 1;
                 // Any bytes: a puzzle or an error naming the task.
                 if let Err(e) = colball_proto::work::task_puzzle(t) {
-                    prop_assert!(e.to_string().contains(&format!("task {}", t.task_id)), "{}", e);
+                    prop_assert!(
+                        e.to_string().contains(&format!("task {}", t.task_id)),
+                        "{}",
+                        e
+                    );
                 }
             }
         }

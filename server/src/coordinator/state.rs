@@ -370,25 +370,21 @@ pub struct Snapshot {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TaskState {
     Queued,
-    Assigned {
-        worker: u64,
-        since: Instant,
-        attempt: u32,
-    },
+    Assigned { worker: u64, attempt: u32 },
 }
 
 #[derive(Debug)]
 struct Task {
     request: u64,
     index: u64,
-    id: String,
+    id: Box<str>,
     puzzle: Puzzle,
     /// Dispatches that count against `max_attempts`.
     attempts: u32,
     state: TaskState,
     /// Later occurrences of the same puzzle, in this request or others.
     followers: Vec<Follower>,
-    target_share: u64,
+    target_share: u32,
 }
 
 /// An occurrence of a pending task's puzzle that waits for its result.
@@ -396,7 +392,7 @@ struct Task {
 struct Follower {
     request: u64,
     index: u64,
-    id: String,
+    id: Box<str>,
 }
 
 /// A verified answer being re-solved on another worker.
@@ -634,7 +630,7 @@ impl State {
                 task.followers.push(Follower {
                     request: id,
                     index: t.index,
-                    id: t.id,
+                    id: t.id.into_boxed_str(),
                 });
                 continue;
             }
@@ -645,8 +641,8 @@ impl State {
                 Task {
                     request: id,
                     index: t.index,
-                    id: t.id,
-                    target_share: share.hint(&t.puzzle.target()),
+                    id: t.id.into_boxed_str(),
+                    target_share: u32::try_from(share.hint(&t.puzzle.target())).unwrap_or(u32::MAX),
                     puzzle: t.puzzle,
                     attempts: 0,
                     state: TaskState::Queued,
@@ -1028,7 +1024,7 @@ impl State {
                     Err(rejection) => {
                         let rejected = Rejected {
                             reason: RejectReason::Replay(rejection),
-                            puzzle: task.id.clone(),
+                            puzzle: task.id.to_string(),
                         };
                         self.reject(worker, Some(task_id), rejected, now, effects);
                         return;
@@ -1071,7 +1067,7 @@ impl State {
                     };
                     for f in task.followers {
                         let result = v1::PuzzleResult {
-                            id: f.id,
+                            id: f.id.into_string(),
                             index: f.index,
                             outcome: Some(puzzle_result::Outcome::Solved(copy.clone())),
                         };
@@ -1079,7 +1075,7 @@ impl State {
                     }
                 }
                 let result = v1::PuzzleResult {
-                    id: task.id,
+                    id: task.id.into_string(),
                     index: task.index,
                     outcome: Some(puzzle_result::Outcome::Solved(solved)),
                 };
@@ -1124,7 +1120,7 @@ impl State {
             id,
             Audit {
                 puzzle: task.puzzle,
-                id: task.id.clone(),
+                id: task.id.to_string(),
                 origin: worker,
                 origin_name: name.to_string(),
                 origin_key: key,
@@ -1315,7 +1311,7 @@ impl State {
                     if f.request != id {
                         let message =
                             format!("puzzle {:?}: {}", f.id, ServerError::from(failure.clone()));
-                        let result = v1::PuzzleResult::failed(f.id, f.index, message);
+                        let result = v1::PuzzleResult::failed(f.id.into_string(), f.index, message);
                         self.deliver(f.request, result, effects);
                     }
                 }
@@ -1356,10 +1352,10 @@ impl State {
     /// `message` is given the id of each.
     fn fail(&mut self, task: Task, effects: &mut Effects, message: impl Fn(&str) -> String) {
         for f in task.followers {
-            let result = v1::PuzzleResult::failed(f.id.clone(), f.index, message(&f.id));
+            let result = v1::PuzzleResult::failed(f.id.to_string(), f.index, message(&f.id));
             self.deliver(f.request, result, effects);
         }
-        let result = v1::PuzzleResult::failed(task.id.clone(), task.index, message(&task.id));
+        let result = v1::PuzzleResult::failed(task.id.to_string(), task.index, message(&task.id));
         self.deliver(task.request, result, effects);
     }
 
@@ -1480,12 +1476,11 @@ impl State {
         task.attempts += 1;
         task.state = TaskState::Assigned {
             worker: wid,
-            since: now,
             attempt: task.attempts,
         };
         Some((
             id,
-            task_to_wire(id, &task.puzzle, task.target_share),
+            task_to_wire(id, &task.puzzle, u64::from(task.target_share)),
             Holds::Task,
         ))
     }
@@ -1631,9 +1626,9 @@ fn truncate(text: &str, max: usize) -> &str {
 mod tests {
     use super::*;
     use colball_proto::work::task_puzzle;
-    use colball_solver::verify::check_answer;
-    use colball_solver::generate::Generator;
     use colball_solver::BidirSearch;
+    use colball_solver::generate::Generator;
+    use colball_solver::verify::check_answer;
 
     fn limits() -> Limits {
         Limits {

@@ -115,11 +115,22 @@ impl FakeWorker {
     }
 
     async fn register(url: &str, name: &str, slots: u32) -> Result<FakeWorker, tonic::Status> {
+        FakeWorker::register_speaking(url, name, slots, PROTOCOL_VERSION).await
+    }
+
+    /// Registers saying it speaks protocol `version` (`Register` reads the
+    /// same in every version, so this is what an older worker sends).
+    pub async fn register_speaking(
+        url: &str,
+        name: &str,
+        slots: u32,
+        version: u32,
+    ) -> Result<FakeWorker, tonic::Status> {
         let mut client = WorkersClient::connect(url.to_string()).await.unwrap();
         let (out, rx) = mpsc::channel(64);
         out.send(v1::WorkerMessage {
             kind: Some(worker_message::Kind::Register(v1::Register {
-                protocol_version: PROTOCOL_VERSION,
+                protocol_version: version,
                 name: name.into(),
                 slots,
             })),

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use crate::common::{FakeWorker, four_by_four, mixed, quick};
 use colball_client::remote::{Client, ClientError};
+use colball_proto::PROTOCOL_VERSION;
 use colball_proto::v1::solver_client::SolverClient;
-use colball_proto::v1::{self, puzzle_result};
+use colball_proto::v1::{self, coordinator_message, puzzle_result};
 use colball_server::coordinator::Config;
 use colball_server::testing::LocalCluster;
 use colball_server::worker::WorkerError;
@@ -251,12 +252,14 @@ async fn admission_is_bounded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_worker_is_lost_and_its_puzzles_solved_elsewhere() {
     let cluster = LocalCluster::start(quick(), 0, 1).await.unwrap();
-    // Takes two puzzles, then says nothing: no heartbeats, no results.
+    // Takes what it is given, then says nothing: no heartbeats, no
+    // results. Its one slot's credit (two 4x4 puzzles' worth) covers all
+    // 40 small puzzles.
     let mut fake = FakeWorker::silent(&cluster.url(), 1).await.unwrap();
     let (puzzles, answers) = mixed(14, 40, 0);
     let mut client = Client::connect(&cluster.url()).await.unwrap();
     let mut stream = client.solve_stream(&puzzles, false).await.unwrap();
-    assert_eq!(fake.take(2).await.len(), 2);
+    assert_eq!(fake.take(40).await.len(), 40);
     let mut cluster = cluster;
     cluster.add_worker("real", 1);
     let mut seen = HashSet::new();
@@ -269,7 +272,7 @@ async fn a_silent_worker_is_lost_and_its_puzzles_solved_elsewhere() {
     assert_eq!(seen.len(), puzzles.len());
     let (snapshot, _) = cluster.shared.snapshot();
     assert_eq!(snapshot.counters.workers_lost, 1);
-    assert_eq!(snapshot.counters.redispatched, 2);
+    assert_eq!(snapshot.counters.redispatched, 40);
     drop(fake);
     cluster.shutdown().await;
 }
@@ -357,6 +360,37 @@ async fn a_protocol_version_mismatch_is_refused() {
     };
     assert!(message.contains("protocol version 99"), "{message}");
     assert_eq!(cluster.shared.snapshot().0.workers, 0);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_protocol_1_worker_is_refused_before_any_task() {
+    // Protocol 1 carried text boards and one result a message; a worker
+    // of that version would misread version 2's tasks, so it gets none.
+    let cluster = LocalCluster::start(quick(), 0, 1).await.unwrap();
+    let status = FakeWorker::register_speaking(&cluster.url(), "v1", 2, 1)
+        .await
+        .err()
+        .expect("a protocol 1 worker must be refused");
+    assert_eq!(status.code(), Code::FailedPrecondition);
+    assert!(
+        status.message().contains(&format!(
+            "version 1 is not supported: this coordinator speaks version {PROTOCOL_VERSION}"
+        )),
+        "{}",
+        status.message()
+    );
+    assert_eq!(cluster.shared.snapshot().0.workers, 0);
+    // The current version joins the same coordinator and is told how many
+    // tasks it may be sent.
+    let mut fake = FakeWorker::register_speaking(&cluster.url(), "v2", 2, PROTOCOL_VERSION)
+        .await
+        .unwrap();
+    let Some(coordinator_message::Kind::Registered(r)) = fake.next().await else {
+        panic!("no greeting");
+    };
+    assert!(r.worker_id.starts_with("v2#"), "{r:?}");
+    assert_eq!(r.max_tasks, 2 * 2 * 1024 + 1, "{r:?}");
     cluster.shutdown().await;
 }
 

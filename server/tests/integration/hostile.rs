@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use crate::common::{FakeWorker, mixed, quick};
 use colball_client::remote::Client;
-use colball_proto::work::task_puzzle;
-use colball_server::testing::worker_answer;
 use colball_proto::v1::{self, coordinator_message, worker_message};
+use colball_proto::work::task_puzzle;
 use colball_server::coordinator::Config;
 use colball_server::testing::LocalCluster;
+use colball_server::testing::worker_answer;
 use colball_solver::{BidirSearch, Puzzle};
 use tokio_stream::StreamExt;
 use tonic::Code;
@@ -55,8 +55,9 @@ fn spawn_liar(mut fake: FakeWorker, lie: Lie) -> tokio::task::JoinHandle<Option<
                 let puzzle: Puzzle = task_puzzle(&task).unwrap();
                 let s = search.solve(&puzzle);
                 let truth = (s.answer(), s.notation());
-                let solved =
-                    |moves: i64, solution: String| Some(worker_answer(puzzle.size(), moves, &solution));
+                let solved = |moves: i64, solution: String| {
+                    Some(worker_answer(puzzle.size(), moves, &solution))
+                };
                 let outcome = match lie {
                     Lie::Fixed => solved(2, "r22 c33".into()),
                     Lie::WrongCount => solved(truth.0 + 1, truth.1.clone()),

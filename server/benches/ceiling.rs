@@ -1,0 +1,286 @@
+//! The coordinator's ceiling (not a timed test):
+//! `cargo bench -p colball-server --bench ceiling`.
+//!
+//! A coordinator process (result cache off, store in memory) and, in this
+//! process, N simulated worker sessions that speak the real worker
+//! protocol over loopback and answer every task at once from answers
+//! computed before the clock starts; clients in this process send `PUZZLES`
+//! (default 400,000) uniformly random 3x3 puzzles as `SolveBatch` requests
+//! (`CLIENTS`, default 4, at a time) and read every result. For N = 1, 10,
+//! 100 and 1,000 sessions (`SESSIONS` to choose others, comma-separated) it
+//! prints the puzzles dispatched and answered per second and the
+//! coordinator's CPU per puzzle (user + system, from `/proc/PID/stat`).
+//!
+//! Then the memory a queued puzzle costs: one session that takes its
+//! credit's worth of tasks and answers none, and `QUEUED` (default
+//! 1,000,000) puzzles admitted behind it, unread; the coordinator's
+//! resident set before and after, per puzzle.
+//!
+//! Sessions share TCP connections, 50 to a connection (HTTP/2 streams), so
+//! 1,000 sessions need 20 connections.
+
+#![allow(clippy::unwrap_used)] // a benchmark: a failed unwrap is a failed run
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use colball_client::remote::{Client, REQUEST_CHUNK};
+use colball_proto::v1::workers_client::WorkersClient;
+use colball_proto::v1::{self, coordinator_message, task_result, worker_message};
+use colball_proto::work::path_to_wire;
+use colball_proto::{MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
+use colball_solver::{BidirSearch, Puzzle, Size};
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+
+mod common;
+#[allow(dead_code)] // shared with the tests, which use all of it
+#[path = "../tests/common/procs.rs"]
+mod procs;
+
+use common::{batch, count_all, env};
+
+const BIN: &str = env!("CARGO_BIN_EXE_colball-server");
+
+/// Sessions a connection carries.
+const SESSIONS_PER_CONNECTION: usize = 50;
+
+/// Answers by (start, target) words: the count and the path's bytes.
+type Answers = HashMap<(u32, u32), (i64, Vec<u8>)>;
+
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    ticks / 100.0 // USER_HZ, 100 on Linux
+}
+
+/// Solves every puzzle before the clock starts, on two threads.
+fn answers(puzzles: &[(String, Puzzle)]) -> Answers {
+    let halves: Vec<Answers> = std::thread::scope(|s| {
+        let handles: Vec<_> = puzzles
+            .chunks(puzzles.len().div_ceil(2))
+            .map(|part| {
+                s.spawn(move || {
+                    let mut search = BidirSearch::new();
+                    part.iter()
+                        .map(|(_, p)| {
+                            let s = search.solve(p);
+                            let path = s
+                                .path()
+                                .map(|m| path_to_wire(p.size(), m))
+                                .unwrap_or_default();
+                            (
+                                (p.start().packed(), p.target().packed()),
+                                (s.answer(), path),
+                            )
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    halves.into_iter().flatten().collect()
+}
+
+/// One simulated worker session: registers with `slots`, answers every
+/// assignment at once in one message (unless `mute`), heartbeats every
+/// 50 ms. Ends when the coordinator closes the stream or `stop` fires.
+async fn session(
+    channel: Channel,
+    answers: Arc<Answers>,
+    slots: u32,
+    mute: bool,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let (out, rx) = mpsc::channel(256);
+    out.send(v1::WorkerMessage {
+        kind: Some(worker_message::Kind::Register(v1::Register {
+            protocol_version: PROTOCOL_VERSION,
+            name: "sim".into(),
+            slots,
+        })),
+    })
+    .await
+    .unwrap();
+    let mut inbound = WorkersClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES)
+        .session(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut beat = tokio::time::interval(Duration::from_millis(50));
+    loop {
+        let message = tokio::select! {
+            m = inbound.message() => m,
+            _ = beat.tick() => {
+                let _ = out.try_send(v1::WorkerMessage {
+                    kind: Some(worker_message::Kind::Heartbeat(v1::Heartbeat { cache: None })),
+                });
+                continue;
+            }
+            () = stop.cancelled() => return,
+        };
+        let Ok(Some(message)) = message else { return };
+        let Some(coordinator_message::Kind::Assign(assign)) = message.kind else {
+            continue;
+        };
+        if mute {
+            continue;
+        }
+        let results = assign
+            .tasks
+            .iter()
+            .map(|t| {
+                let (moves, path) = answers[&(t.start, t.target)].clone();
+                v1::TaskResult {
+                    task_id: t.task_id,
+                    outcome: Some(task_result::Outcome::Solved(v1::TaskSolved {
+                        moves,
+                        path,
+                        method: v1::Method::Bidir as i32,
+                        time_us: 0,
+                    })),
+                }
+            })
+            .collect();
+        let message = v1::WorkerMessage {
+            kind: Some(worker_message::Kind::Results(v1::Results { results })),
+        };
+        if out.send(message).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Starts `n` sessions on `n / 50` connections.
+async fn sessions(
+    url: &str,
+    n: usize,
+    answers: &Arc<Answers>,
+    mute: bool,
+    stop: &tokio_util::sync::CancellationToken,
+) {
+    let mut channel = None;
+    for i in 0..n {
+        if i % SESSIONS_PER_CONNECTION == 0 {
+            let endpoint = Endpoint::from_shared(url.to_string()).unwrap();
+            channel = Some(endpoint.connect().await.unwrap());
+        }
+        tokio::spawn(session(
+            channel.clone().unwrap(),
+            answers.clone(),
+            2,
+            mute,
+            stop.clone(),
+        ));
+    }
+}
+
+fn coordinator() -> procs::Coordinator {
+    procs::coordinator(
+        Path::new(BIN),
+        "127.0.0.1:0",
+        &["--cache-entries", "0", "--max-batches-per-client", "64"],
+    )
+}
+
+/// Sends `puzzles` over `clients` connections in `SolveBatch` requests of
+/// the client's chunk, reading every result.
+async fn send_all(url: &str, puzzles: &Arc<Vec<(String, Puzzle)>>, clients: usize) {
+    let part = puzzles.len().div_ceil(clients);
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let (url, puzzles) = (url.to_string(), puzzles.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut client = Client::connect(&url).await.unwrap();
+            let mine = &puzzles[(c * part).min(puzzles.len())..((c + 1) * part).min(puzzles.len())];
+            let mut n = 0;
+            for chunk in mine.chunks(REQUEST_CHUNK) {
+                n += count_all(client.solve_stream(chunk, false).await.unwrap()).await;
+            }
+            n
+        }));
+    }
+    let mut n = 0;
+    for t in tasks {
+        n += t.await.unwrap();
+    }
+    assert_eq!(n, puzzles.len());
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let count = env("PUZZLES", 400_000);
+    let clients = env("CLIENTS", 4);
+    let queued = env("QUEUED", 1_000_000);
+    let counts: Vec<usize> = std::env::var("SESSIONS")
+        .ok()
+        .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 10, 100, 1000]);
+    let three = Size::new(3, 3).unwrap();
+    let puzzles = Arc::new(batch(42, three, count));
+    let answers = Arc::new(answers(&puzzles));
+    println!(
+        "colball ceiling bench: a coordinator process (result cache off) and N simulated worker sessions answering at once; {count} 3x3 puzzles as SolveBatch requests from {clients} clients; all on loopback\n"
+    );
+    println!("| sessions | puzzles/s | coordinator CPU per puzzle |");
+    println!("|---:|---:|---:|");
+    for &n in &counts {
+        let c = coordinator();
+        let stop = tokio_util::sync::CancellationToken::new();
+        sessions(&c.url, n, &answers, false, &stop).await;
+        procs::wait_metric(&c.http, "workers", |w| w as usize == n).await;
+        // Warm up: the first requests grow the coordinator's tables.
+        let warm = Arc::new(puzzles[..count.min(20_000)].to_vec());
+        send_all(&c.url, &warm, 1).await;
+        let pid = c.proc.pid();
+        let cpu = cpu_seconds(pid);
+        let began = Instant::now();
+        send_all(&c.url, &puzzles, clients).await;
+        let wall = began.elapsed().as_secs_f64();
+        let cpu = cpu_seconds(pid) - cpu;
+        println!(
+            "| {n} | {:.0} | {:.2} us |",
+            count as f64 / wall,
+            1e6 * cpu / count as f64
+        );
+        stop.cancel();
+    }
+
+    // Memory per queued puzzle.
+    let c = coordinator();
+    let stop = tokio_util::sync::CancellationToken::new();
+    sessions(&c.url, 1, &answers, true, &stop).await;
+    procs::wait_metric(&c.http, "workers", |w| w == 1).await;
+    let (_, rss_before) = c.proc.memory_kib().unwrap();
+    let queue = Arc::new(batch(7, three, queued));
+    let mut held = Vec::new();
+    let mut client = Client::connect(&c.url).await.unwrap();
+    for chunk in queue.chunks(REQUEST_CHUNK) {
+        // Admitted and left unread: every task waits in the queue.
+        held.push(client.solve_stream(chunk, false).await.unwrap());
+    }
+    procs::wait_metric(&c.http, "queued", |q| q as usize + 4096 >= queued).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (_, rss_after) = c.proc.memory_kib().unwrap();
+    let per = (rss_after.saturating_sub(rss_before) as f64 * 1024.0) / queued as f64;
+    println!(
+        "\n{queued} puzzles queued: coordinator RSS {:.1} MiB before, {:.1} MiB after: {per:.0} bytes per queued puzzle",
+        rss_before as f64 / 1024.0,
+        rss_after as f64 / 1024.0
+    );
+    stop.cancel();
+    drop(held);
+}
