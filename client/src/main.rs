@@ -1,5 +1,11 @@
 //! `colball`: solve colball puzzles exactly, in-process or on a cluster.
 
+/// mimalloc: the data path allocates and frees small buffers per puzzle
+/// (messages, ids, move lists) from several threads, where it is several
+/// times faster than the system allocator (docs/PERFORMANCE.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::io::{self, BufWriter, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -3,6 +3,12 @@
 //! Thin on purpose: parses flags into the library's `Config` structs, sets
 //! up tracing and the shutdown signal, binds listeners and calls `run`.
 
+/// mimalloc: the data path allocates and frees small buffers per puzzle
+/// (messages, ids, move lists) from several threads, where it is several
+/// times faster than the system allocator (docs/PERFORMANCE.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;

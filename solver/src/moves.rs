@@ -62,7 +62,7 @@ impl Move {
             token: self.to_string(),
             size: board.size(),
         })?;
-        let table = MoveTable::new(board.size());
+        let table = MoveTable::of(board.size());
         Ok(Board::from_packed_unchecked(
             board.size(),
             table.apply(board.packed(), index),
@@ -135,7 +135,7 @@ pub fn parse_moves(size: Size, text: &str) -> Result<Vec<Move>, MoveError> {
 /// Applies `moves` in order to `board`; the error names the first move that
 /// has no window on this board.
 pub fn apply_moves(board: Board, moves: &[Move]) -> Result<Board, MoveError> {
-    let table = MoveTable::new(board.size());
+    let table = MoveTable::of(board.size());
     let mut packed = board.packed();
     for (i, &m) in moves.iter().enumerate() {
         let index = MoveTable::index_of(board.size(), m).ok_or(MoveError::OutOfRange {
@@ -181,6 +181,15 @@ pub struct MoveTable {
 }
 
 impl MoveTable {
+    /// The table of `size`, built once per process and shared (checking a
+    /// reported answer needs one per answer).
+    pub fn of(size: Size) -> &'static MoveTable {
+        static TABLES: std::sync::OnceLock<Vec<MoveTable>> = std::sync::OnceLock::new();
+        let tables = TABLES.get_or_init(|| Size::ALL.into_iter().map(MoveTable::new).collect());
+        let at = Size::ALL.iter().position(|&s| s == size).unwrap_or(0);
+        &tables[at]
+    }
+
     pub fn new(size: Size) -> MoveTable {
         let cols = size.cols() as u32;
         let mut ops = Vec::with_capacity(2 * size.windows());
@@ -372,6 +381,15 @@ mod tests {
 
     fn board(rows: &[&str]) -> Board {
         Board::parse_rows(rows).unwrap()
+    }
+
+    #[test]
+    fn shared_tables_are_those_of_their_size() {
+        for size in Size::ALL {
+            let shared = MoveTable::of(size);
+            assert_eq!(shared.size(), size);
+            assert_eq!(shared.len(), MoveTable::new(size).len());
+        }
     }
 
     #[test]

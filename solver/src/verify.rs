@@ -124,7 +124,7 @@ pub fn reachable(start: Board, target: Board) -> bool {
     if size.cells() > 4 {
         return true;
     }
-    let table = MoveTable::new(size);
+    let table = MoveTable::of(size);
     // A 2x2 board packs into 8 bits.
     let mut seen = [false; 256];
     let mut frontier = vec![start.packed()];

@@ -176,6 +176,7 @@ impl Config {
             quarantine: self.quarantine,
             audit_rate: self.audit_rate.clamp(0.0, 1.0),
             max_audits: 10_000,
+            cache_results: self.cache_capacity > 0,
         }
     }
 }

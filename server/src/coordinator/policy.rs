@@ -13,7 +13,9 @@
 //! - [`Credit`]: how many tasks a worker may hold.
 //! - [`TargetShare`]: the `target_share` hint sent with each task.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use foldhash::{HashMap, HashMapExt};
 use std::fmt;
 
 use colball_proto::v1;

@@ -30,15 +30,18 @@
 //! pending task and gets its answer under its own id. A task whose request
 //! ends carries on for its followers.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use colball_proto::v1::{self, cluster_event::Kind as EventKind, puzzle_result, task_result};
+// The books are hashed with foldhash: several times faster than SipHash on
+// these small keys, and randomly seeded per process.
 use colball_proto::work::{method_from_wire, path_from_wire, task_to_wire};
 use colball_solver::verify::{MAX_PATH_MOVES, Rejection, check_moves};
 use colball_solver::{Puzzle, Size, format_moves};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use super::policy::{Credit, Depths, FairQueue, Priority, TargetShare, weight};
 use crate::cache::Answer;
@@ -281,6 +284,9 @@ pub struct Limits {
     pub audit_rate: f64,
     /// Most audits waiting for a worker.
     pub max_audits: usize,
+    /// Whether the driver keeps answers in a result cache (else the state
+    /// builds no [`Effect::Cache`]).
+    pub cache_results: bool,
 }
 
 impl Default for Limits {
@@ -298,6 +304,7 @@ impl Default for Limits {
             quarantine: Duration::from_secs(600),
             audit_rate: 0.01,
             max_audits: 10_000,
+            cache_results: true,
         }
     }
 }
@@ -1041,15 +1048,17 @@ impl State {
                     None => String::new(),
                 };
                 self.counters.solved += 1;
-                effects.push(Effect::Cache {
-                    puzzle: task.puzzle,
-                    answer: Answer {
-                        moves: s.moves,
-                        solution: s.solution.clone(),
-                        strategy: s.strategy.to_string(),
-                        worker: name.clone(),
-                    },
-                });
+                if self.limits.cache_results {
+                    effects.push(Effect::Cache {
+                        puzzle: task.puzzle,
+                        answer: Answer {
+                            moves: s.moves,
+                            solution: s.solution.clone(),
+                            strategy: s.strategy.to_string(),
+                            worker: name.clone(),
+                        },
+                    });
+                }
                 self.maybe_audit(worker, &name, &task, s.moves);
                 let solved = v1::Solved {
                     moves: s.moves,
@@ -1189,15 +1198,17 @@ impl State {
                 .get(&worker)
                 .map(|w| w.name.clone())
                 .unwrap_or_default();
-            effects.push(Effect::Cache {
-                puzzle: audit.puzzle,
-                answer: Answer {
-                    moves: s.moves,
-                    solution: s.solution,
-                    strategy: s.strategy.to_string(),
-                    worker: name,
-                },
-            });
+            if self.limits.cache_results {
+                effects.push(Effect::Cache {
+                    puzzle: audit.puzzle,
+                    answer: Answer {
+                        moves: s.moves,
+                        solution: s.solution,
+                        strategy: s.strategy.to_string(),
+                        worker: name,
+                    },
+                });
+            }
             if !self.workers.contains_key(&loser) {
                 // Gone already: its answers are evicted, and it may not
                 // come back for a while.
@@ -1420,7 +1431,7 @@ impl State {
             let mut chunk = Vec::new();
             let mut holds = Vec::new();
             while load < credit {
-                let Some((id, task, kind)) = self.next_for(wid, now) else {
+                let Some((id, task, kind)) = self.next_for(wid) else {
                     break;
                 };
                 let weight = weight_of(&task);
@@ -1457,7 +1468,7 @@ impl State {
 
     /// The next task for worker `wid`: an audit of another worker's answer
     /// first (they are few), else the fair queue's next.
-    fn next_for(&mut self, wid: u64, now: Instant) -> Option<(u64, v1::Task, Holds)> {
+    fn next_for(&mut self, wid: u64) -> Option<(u64, v1::Task, Holds)> {
         // Look a few audits deep for one this worker did not answer.
         let pick = self
             .audit_queue
