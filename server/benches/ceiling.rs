@@ -26,14 +26,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use colball_client::remote::{Client, REQUEST_CHUNK};
+use colball_client::jobs::Jobs;
+use colball_client::remote::{Client, REQUEST_CHUNK, Security};
 use colball_proto::v1::workers_client::WorkersClient;
 use colball_proto::v1::{self, coordinator_message, task_result, worker_message};
 use colball_proto::work::path_to_wire;
 use colball_proto::{MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 use colball_solver::{BidirSearch, Puzzle, Size};
 use tokio::sync::mpsc;
-use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
@@ -188,10 +188,13 @@ async fn sessions(
     }
 }
 
+/// A coordinator with the default heartbeat (1 s): admitting a million
+/// puzzles at once keeps its two cores busy for a while.
 fn coordinator() -> procs::Coordinator {
-    procs::coordinator(
+    procs::coordinator_beating(
         Path::new(BIN),
         "127.0.0.1:0",
+        1000,
         &["--cache-entries", "0", "--max-batches-per-client", "64"],
     )
 }
@@ -283,4 +286,33 @@ async fn main() {
     );
     stop.cancel();
     drop(held);
+
+    // The same puzzles as one job, its store on disk: the coordinator
+    // holds one window of the job in memory, the store the rest.
+    let dir = std::env::temp_dir().join(format!("colball-bench-ceiling-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let c = procs::coordinator_beating(
+        Path::new(BIN),
+        "127.0.0.1:0",
+        1000,
+        &["--cache-entries", "0", "--data-dir", dir.to_str().unwrap()],
+    );
+    let stop = tokio_util::sync::CancellationToken::new();
+    sessions(&c.url, 1, &answers, true, &stop).await;
+    procs::wait_metric(&c.http, "workers", |w| w == 1).await;
+    let (_, rss_before) = c.proc.memory_kib().unwrap();
+    let mut jobs = Jobs::connect(&c.url, &Security::default()).await.unwrap();
+    jobs.submit(&queue, None, "queued").await.unwrap();
+    procs::wait_metric(&c.http, "queued", |q| q > 0).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (_, rss_after) = c.proc.memory_kib().unwrap();
+    let per = (rss_after.saturating_sub(rss_before) as f64 * 1024.0) / queued as f64;
+    println!(
+        "{queued} puzzles queued as one job (store on disk): coordinator RSS {:.1} MiB before, {:.1} MiB after: {per:.0} bytes per queued puzzle",
+        rss_before as f64 / 1024.0,
+        rss_after as f64 / 1024.0
+    );
+    stop.cancel();
+    drop(c);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -70,24 +70,35 @@ impl Move {
     }
 }
 
-impl fmt::Display for Move {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Move {
+    /// The move's three characters (`r22`): rows and columns are 2 to 4.
+    fn chars(self) -> [char; 3] {
         let k = match self.kind {
             MoveKind::Rotate => 'r',
             MoveKind::Recolour => 'c',
         };
-        write!(f, "{k}{}{}", self.row, self.col)
+        let digit = |d: u8| char::from_digit(u32::from(d), 10).unwrap_or('?');
+        [k, digit(self.row), digit(self.col)]
     }
 }
 
-/// Writes moves in the project's notation, separated by single spaces.
+impl fmt::Display for Move {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [k, r, c] = self.chars();
+        write!(f, "{k}{r}{c}")
+    }
+}
+
+/// Writes moves in the project's notation, separated by single spaces
+/// (without the formatting machinery: the coordinator writes one per
+/// result).
 pub fn format_moves(moves: &[Move]) -> String {
     let mut out = String::with_capacity(moves.len() * 4);
     for (i, m) in moves.iter().enumerate() {
         if i > 0 {
             out.push(' ');
         }
-        out.push_str(&m.to_string());
+        out.extend(m.chars());
     }
     out
 }

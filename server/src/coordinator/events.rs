@@ -150,7 +150,9 @@ struct Inner {
     capacity: usize,
     by_strategy: BTreeMap<String, u64>,
     errors: u64,
-    results: VecDeque<Recent>,
+    /// The newest result events, formatted only when the dashboard asks
+    /// (a busy coordinator publishes far more than anyone reads).
+    results: VecDeque<Arc<v1::ClusterEvent>>,
     failures: VecDeque<Recent>,
     times_us: VecDeque<u64>,
     created_ms: i64,
@@ -314,9 +316,6 @@ impl EventLog {
     /// [`Self::publish`] at a given time (milliseconds since the epoch).
     fn publish_at(&self, kind: Kind, now: i64) {
         let mut inner = self.lock();
-        if let Kind::Result(r) = &kind {
-            self.account(&mut inner, r, now);
-        }
         if let Kind::QueueDepth(d) = &kind {
             inner.depths = [d.interactive, d.normal, d.bulk];
             inner.second(now).queued = [d.interactive, d.normal, d.bulk];
@@ -339,6 +338,9 @@ impl EventLog {
             unix_ms: now,
             kind: Some(kind),
         });
+        if let Some(Kind::Result(r)) = &event.kind {
+            self.account(&mut inner, r, &event, now);
+        }
         inner.next += 1;
         if inner.retained.len() == inner.capacity {
             inner.retained.pop_front();
@@ -349,7 +351,13 @@ impl EventLog {
         let _ = self.live.send(event);
     }
 
-    fn account(&self, inner: &mut Inner, r: &v1::ResultEvent, now: i64) {
+    fn account(
+        &self,
+        inner: &mut Inner,
+        r: &v1::ResultEvent,
+        event: &Arc<v1::ClusterEvent>,
+        now: i64,
+    ) {
         let Some(result) = &r.result else { return };
         match &result.outcome {
             Some(puzzle_result::Outcome::Solved(s)) => {
@@ -358,7 +366,12 @@ impl EventLog {
                 } else {
                     s.strategy.as_str()
                 };
-                *inner.by_strategy.entry(how.to_string()).or_default() += 1;
+                match inner.by_strategy.get_mut(how) {
+                    Some(n) => *n += 1,
+                    None => {
+                        inner.by_strategy.insert(how.to_string(), 1);
+                    }
+                }
                 *inner.by_moves.entry(s.moves).or_default() += 1;
                 let second = inner.second(now);
                 second.answered += 1;
@@ -372,22 +385,10 @@ impl EventLog {
                     }
                     inner.times_us.push_back(s.time_us);
                 }
-                let text = if s.cached {
-                    format!("{} moves (cached)", s.moves)
-                } else {
-                    format!(
-                        "{} moves by {} ({}, {} us)",
-                        s.moves, s.worker, s.strategy, s.time_us
-                    )
-                };
-                push(
-                    &mut inner.results,
-                    Recent {
-                        unix_ms: now,
-                        id: result.id.clone(),
-                        text,
-                    },
-                );
+                if inner.results.len() == RECENT {
+                    inner.results.pop_front();
+                }
+                inner.results.push_back(event.clone());
             }
             Some(puzzle_result::Outcome::Error(e)) => {
                 inner.errors += 1;
@@ -451,7 +452,12 @@ impl EventLog {
                 .collect(),
             by_strategy: inner.by_strategy.clone(),
             errors: inner.errors,
-            results: inner.results.iter().rev().cloned().collect(),
+            results: inner
+                .results
+                .iter()
+                .rev()
+                .filter_map(|e| recent_result(e))
+                .collect(),
             failures: inner.failures.iter().rev().cloned().collect(),
             p50_us: pct(50),
             p99_us: pct(99),
@@ -468,6 +474,30 @@ impl EventLog {
     pub fn latency(&self) -> Histogram {
         self.latency.clone()
     }
+}
+
+/// A result event as the dashboard lists it.
+fn recent_result(event: &v1::ClusterEvent) -> Option<Recent> {
+    let Some(Kind::Result(r)) = &event.kind else {
+        return None;
+    };
+    let result = r.result.as_ref()?;
+    let Some(puzzle_result::Outcome::Solved(s)) = &result.outcome else {
+        return None;
+    };
+    let text = if s.cached {
+        format!("{} moves (cached)", s.moves)
+    } else {
+        format!(
+            "{} moves by {} ({}, {} us)",
+            s.moves, s.worker, s.strategy, s.time_us
+        )
+    };
+    Some(Recent {
+        unix_ms: event.unix_ms,
+        id: result.id.clone(),
+        text,
+    })
 }
 
 fn push(ring: &mut VecDeque<Recent>, item: Recent) {

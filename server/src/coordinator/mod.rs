@@ -205,8 +205,8 @@ pub struct Shared {
     /// Numbers for workers, apart, so that worker names read `w1#1`,
     /// `w2#2` in joining order.
     next_worker: AtomicU64,
-    outboxes: DashMap<u64, mpsc::UnboundedSender<BatchEvent>>,
-    links: DashMap<u64, Link>,
+    outboxes: DashMap<u64, mpsc::UnboundedSender<BatchEvent>, foldhash::fast::RandomState>,
+    links: DashMap<u64, Link, foldhash::fast::RandomState>,
     /// The job store, the jobs running now, and the store's writer.
     store: Arc<crate::store::Store>,
     runs: DashMap<i64, jobs::Run>,
@@ -245,8 +245,8 @@ impl Shared {
             workers: watch::channel(0).0,
             next_id: AtomicU64::new(1),
             next_worker: AtomicU64::new(1),
-            outboxes: DashMap::new(),
-            links: DashMap::new(),
+            outboxes: DashMap::default(),
+            links: DashMap::default(),
             config,
             shutdown,
         }))

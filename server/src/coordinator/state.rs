@@ -41,7 +41,8 @@ use colball_proto::v1::{self, cluster_event::Kind as EventKind, puzzle_result, t
 use colball_proto::work::{method_from_wire, path_from_wire, task_to_wire};
 use colball_solver::verify::{MAX_PATH_MOVES, Rejection, check_moves};
 use colball_solver::{Puzzle, Size, format_moves};
-use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use foldhash::{HashMap, HashMapExt, HashSet};
+use thin_vec::ThinVec;
 
 use super::policy::{Credit, Depths, FairQueue, Priority, TargetShare, weight};
 use crate::cache::Answer;
@@ -390,7 +391,8 @@ struct Task {
     attempts: u32,
     state: TaskState,
     /// Later occurrences of the same puzzle, in this request or others.
-    followers: Vec<Follower>,
+    /// (A thin vector: one word in every task, as most have none.)
+    followers: ThinVec<Follower>,
     target_share: u32,
 }
 
@@ -653,7 +655,7 @@ impl State {
                     puzzle: t.puzzle,
                     attempts: 0,
                     state: TaskState::Queued,
-                    followers: Vec::new(),
+                    followers: ThinVec::new(),
                 },
             );
             self.queue.push(id, task_id);
@@ -1510,7 +1512,7 @@ impl State {
     #[cfg(test)]
     fn check_invariants(&self) {
         let queued = self.queue.all_tasks();
-        let mut seen = HashSet::new();
+        let mut seen = HashSet::default();
         for id in &queued {
             assert!(seen.insert(*id), "task {id} queued twice");
             let task = self

@@ -102,6 +102,17 @@ fn command(bin: &Path, log: &str) -> Command {
 /// its HTTP endpoint on a fresh port and 200 ms heartbeats, and waits for
 /// its address lines.
 pub fn coordinator(bin: &Path, listen: &str, extra: &[&str]) -> Coordinator {
+    coordinator_beating(bin, listen, 200, extra)
+}
+
+/// [`coordinator`] with heartbeats every `heartbeat_ms`.
+pub fn coordinator_beating(
+    bin: &Path,
+    listen: &str,
+    heartbeat_ms: u64,
+    extra: &[&str],
+) -> Coordinator {
+    let heartbeat_ms = heartbeat_ms.to_string();
     let mut child = command(bin, "warn")
         .args([
             "coordinator",
@@ -110,7 +121,7 @@ pub fn coordinator(bin: &Path, listen: &str, extra: &[&str]) -> Coordinator {
             "--http",
             "127.0.0.1:0",
             "--heartbeat-ms",
-            "200",
+            &heartbeat_ms,
         ])
         .args(extra)
         .stdout(Stdio::piped())
