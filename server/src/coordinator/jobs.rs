@@ -67,10 +67,38 @@ async fn blocking<T: Send + 'static>(
         .unwrap_or_else(|e| Err(StoreError::Task(e.to_string())))
 }
 
+/// How long the writer and the followers gather under load: a write (or a
+/// read) less than this after the last one waits for the rest of it, so
+/// results stream through the store in groups instead of one transaction
+/// and one thread hop each. After a pause nothing waits: a lone result is
+/// written and read at once.
+const COALESCE: Duration = Duration::from_millis(1);
+
+/// Waits, if the last step was less than [`COALESCE`] ago, for the rest of
+/// that time.
+async fn coalesce(last: Option<tokio::time::Instant>) {
+    if let Some(at) = last {
+        if at.elapsed() < COALESCE {
+            tokio::time::sleep_until(at + COALESCE).await;
+        }
+    }
+}
+
 /// Writes results in groups until every sender is gone.
 pub async fn writer(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<ToWrite>) {
     let mut group = Vec::with_capacity(GROUP);
+    let mut last_write = None;
     while rx.recv_many(&mut group, GROUP).await > 0 {
+        if group.len() < GROUP {
+            coalesce(last_write).await;
+            while group.len() < GROUP {
+                match rx.try_recv() {
+                    Ok(item) => group.push(item),
+                    Err(_) => break,
+                }
+            }
+        }
+        last_write = Some(tokio::time::Instant::now());
         let batch = std::mem::take(&mut group);
         // Results per job: one update of each job's count per group.
         let mut counts: BTreeMap<i64, u64> = BTreeMap::new();
@@ -469,7 +497,12 @@ pub fn results_of(
         // Set once the job has ended: what is stored is read to its end,
         // a batch at a time, and the stream ends.
         let mut ended = false;
+        // When the last read caught up with the store (under load, just
+        // after a write), the next one gathers first.
+        let mut caught_up_at = None;
         loop {
+            coalesce(caught_up_at).await;
+            let read_at = tokio::time::Instant::now();
             let store = shared.store.clone();
             let from = next;
             let any_order = row.any_order;
@@ -481,6 +514,7 @@ pub fn results_of(
                 }
             };
             let got = batch.len();
+            caught_up_at = (got < 1024).then_some(read_at);
             for r in batch {
                 if tx.send(Ok(r)).await.is_err() {
                     return;
