@@ -156,7 +156,7 @@ struct Pool {
 }
 
 impl Pool {
-    fn start(config: &Config, threads: usize, done: mpsc::Sender<Done>) -> Pool {
+    fn start(config: &Config, threads: usize, done: mpsc::Sender<Vec<Done>>) -> Pool {
         let (jobs, rx) = std::sync::mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
         let cancelled = Arc::new(Mutex::new(HashSet::new()));
@@ -215,24 +215,59 @@ impl Pool {
     }
 }
 
+/// Results a solver thread keeps before it hands them on while more work
+/// is queued, and how long it keeps the oldest.
+const HAND_ON_AFTER: usize = 64;
+const HAND_ON_WITHIN: Duration = Duration::from_millis(1);
+
 fn solver_thread(
     rx: &Mutex<std::sync::mpsc::Receiver<Job>>,
     cancelled: &Mutex<HashSet<u64>>,
     session: &AtomicU64,
     engine: Arc<Engine>,
-    done: &mpsc::Sender<Done>,
+    done: &mpsc::Sender<Vec<Done>>,
 ) {
     let mut solver = Solver::new(engine.clone());
+    // Finished results wait here while more work is queued (one wake-up of
+    // the session for many results); the thread hands them on before it
+    // waits for work, so a lone result is never held back.
+    let mut finished: Vec<Done> = Vec::new();
+    let mut oldest = Instant::now();
+    let hand_on = |finished: &mut Vec<Done>| {
+        finished.is_empty() || done.blocking_send(std::mem::take(finished)).is_ok()
+    };
     loop {
-        let job = {
-            let rx = rx.lock().unwrap_or_else(PoisonError::into_inner);
-            match rx.recv() {
-                Ok(job) => job,
-                Err(_) => return, // the pool is gone
+        // The receiver is held by a thread that waits for work when none
+        // is queued: then this one must not wait for the lock with results
+        // in hand (nothing may come until they are reported).
+        let queued = match rx.try_lock() {
+            Ok(rx) => match rx.try_recv() {
+                Ok(job) => Some(job),
+                Err(std::sync::mpsc::TryRecvError::Empty) => None,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
+            },
+            Err(std::sync::TryLockError::WouldBlock) => None,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().try_recv().ok(),
+        };
+        let job = match queued {
+            Some(job) => job,
+            None => {
+                if !hand_on(&mut finished) {
+                    return;
+                }
+                let rx = rx.lock().unwrap_or_else(PoisonError::into_inner);
+                match rx.recv() {
+                    Ok(job) => job,
+                    Err(_) => return, // the pool is gone
+                }
             }
         };
         if job.session != session.load(Ordering::Acquire) {
             continue; // from a broken session: the coordinator re-dispatched it
+        }
+        // A 4x4 search can take milliseconds: what is finished goes first.
+        if job.puzzle.size().cells() > 12 && !hand_on(&mut finished) {
+            return;
         }
         let was_cancelled = cancelled
             .lock()
@@ -247,12 +282,15 @@ fn solver_thread(
             task_id: job.task_id,
             outcome: Some(outcome),
         };
-        if done
-            .blocking_send(Done {
-                session: job.session,
-                result,
-            })
-            .is_err()
+        if finished.is_empty() {
+            oldest = Instant::now();
+        }
+        finished.push(Done {
+            session: job.session,
+            result,
+        });
+        if (finished.len() >= HAND_ON_AFTER || oldest.elapsed() >= HAND_ON_WITHIN)
+            && !hand_on(&mut finished)
         {
             return;
         }
@@ -298,7 +336,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Work
     // A TLS setting that cannot work is final, like a bad URL.
     colball_proto::tls::secure(endpoint, &config.coordinator, config.tls.as_ref(), None)?;
     let threads = config.threads.max(1);
-    let (done_tx, mut done_rx) = mpsc::channel(threads * 4 + 64);
+    let (done_tx, mut done_rx) = mpsc::channel(threads * 4 + 16);
     let pool = Pool::start(&config, threads, done_tx);
     let mut backoff = config.backoff_initial;
     let mut session_id = 0u64;
@@ -334,7 +372,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Work
 async fn session(
     config: &Config,
     pool: &Pool,
-    done_rx: &mut mpsc::Receiver<Done>,
+    done_rx: &mut mpsc::Receiver<Vec<Done>>,
     session_id: u64,
     shutdown: &CancellationToken,
 ) -> SessionEnd {
@@ -402,7 +440,7 @@ async fn session(
     let mut draining: Option<tokio::time::Instant> = None;
     let mut heartbeat = tokio::time::interval(Duration::from_secs(1));
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut finished = Vec::with_capacity(RESULTS_PER_MESSAGE);
+    let mut finished = Vec::with_capacity(RESULTS_PER_MESSAGE / HAND_ON_AFTER);
     loop {
         // A draining worker leaves when the coordinator closes the session
         // (it does once the worker holds nothing), or at the deadline.
@@ -471,7 +509,7 @@ async fn session(
                     None => {}
                 }
             }
-            n = done_rx.recv_many(&mut finished, RESULTS_PER_MESSAGE) => {
+            n = done_rx.recv_many(&mut finished, RESULTS_PER_MESSAGE / HAND_ON_AFTER) => {
                 if n == 0 {
                     return ended(draining, "the solver threads stopped");
                 }
@@ -480,6 +518,7 @@ async fn session(
                 // together, with no timer in between.
                 let results: Vec<v1::TaskResult> = finished
                     .drain(..)
+                    .flatten()
                     .filter(|done| done.session == session_id && held.remove(&done.result.task_id))
                     .map(|done| done.result)
                     .collect();
