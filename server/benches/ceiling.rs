@@ -42,7 +42,7 @@ mod common;
 #[path = "../tests/common/procs.rs"]
 mod procs;
 
-use common::{batch, count_all, env};
+use common::{batch, count_all, cpu_seconds, env};
 
 const BIN: &str = env!("CARGO_BIN_EXE_colball-server");
 
@@ -52,16 +52,17 @@ const SESSIONS_PER_CONNECTION: usize = 50;
 /// Answers by (start, target) words: the count and the path's bytes.
 type Answers = HashMap<(u32, u32), (i64, Vec<u8>)>;
 
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    ticks / 100.0 // USER_HZ, 100 on Linux
+/// Prints the coordinator's resident set now against `before` (KiB), per
+/// queued puzzle, once its tables have settled.
+async fn report_memory(c: &procs::Coordinator, before: u64, queued: usize, how: &str) {
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (_, after) = c.proc.memory_kib().unwrap();
+    let per = (after.saturating_sub(before) as f64 * 1024.0) / queued as f64;
+    println!(
+        "{queued} puzzles queued{how}: coordinator RSS {:.1} MiB before, {:.1} MiB after: {per:.0} bytes per queued puzzle",
+        before as f64 / 1024.0,
+        after as f64 / 1024.0
+    );
 }
 
 /// Solves every puzzle before the clock starts, on two threads.
@@ -276,14 +277,8 @@ async fn main() {
         held.push(client.solve_stream(chunk, false).await.unwrap());
     }
     procs::wait_metric(&c.http, "queued", |q| q as usize + 4096 >= queued).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let (_, rss_after) = c.proc.memory_kib().unwrap();
-    let per = (rss_after.saturating_sub(rss_before) as f64 * 1024.0) / queued as f64;
-    println!(
-        "\n{queued} puzzles queued: coordinator RSS {:.1} MiB before, {:.1} MiB after: {per:.0} bytes per queued puzzle",
-        rss_before as f64 / 1024.0,
-        rss_after as f64 / 1024.0
-    );
+    println!();
+    report_memory(&c, rss_before, queued, "").await;
     stop.cancel();
     drop(held);
 
@@ -304,14 +299,7 @@ async fn main() {
     let mut jobs = Jobs::connect(&c.url, &Security::default()).await.unwrap();
     jobs.submit(&queue, None, "queued").await.unwrap();
     procs::wait_metric(&c.http, "queued", |q| q > 0).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let (_, rss_after) = c.proc.memory_kib().unwrap();
-    let per = (rss_after.saturating_sub(rss_before) as f64 * 1024.0) / queued as f64;
-    println!(
-        "{queued} puzzles queued as one job (store on disk): coordinator RSS {:.1} MiB before, {:.1} MiB after: {per:.0} bytes per queued puzzle",
-        rss_before as f64 / 1024.0,
-        rss_after as f64 / 1024.0
-    );
+    report_memory(&c, rss_before, queued, " as one job (store on disk)").await;
     stop.cancel();
     drop(c);
     let _ = std::fs::remove_dir_all(&dir);

@@ -31,31 +31,9 @@ mod common;
 #[path = "../tests/common/procs.rs"]
 mod procs;
 
-use common::{batch, count_all, env, small};
+use common::{batch, count_all, cpu_seconds, env, small};
 
 const BIN: &str = env!("CARGO_BIN_EXE_colball-server");
-
-/// CPU seconds (user + system) the process `pid` has used.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // The fields after the command name (which is in parentheses).
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    ticks / clock_ticks()
-}
-
-fn clock_ticks() -> f64 {
-    let out = std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
-}
 
 async fn via_batch(url: &str, puzzles: &[(String, Puzzle)]) {
     let mut client = Client::connect(url).await.unwrap();

@@ -43,3 +43,27 @@ pub async fn count_all<T, E: std::fmt::Debug>(stream: impl Stream<Item = Result<
     }
     n
 }
+
+/// CPU seconds (user + system) the process `pid` has used.
+#[allow(dead_code)] // each bench includes this module; not all of them use it
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command name (which is in parentheses).
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    ticks / clock_ticks()
+}
+
+#[allow(dead_code)]
+fn clock_ticks() -> f64 {
+    let out = std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}

@@ -48,8 +48,6 @@ use super::policy::{Credit, Depths, FairQueue, Priority, TargetShare, weight};
 use crate::cache::Answer;
 use crate::error::ServerError;
 
-/// Longest strategy name a worker may report.
-
 /// One puzzle to dispatch.
 #[derive(Debug, Clone)]
 pub struct NewTask {
@@ -1697,9 +1695,7 @@ mod tests {
         effects
             .iter()
             .filter_map(|e| match e {
-                Effect::Assign { worker, tasks } => {
-                    Some(tasks.iter().map(|t| (*worker, t.clone())))
-                }
+                Effect::Assign { worker, tasks } => Some(tasks.iter().map(|t| (*worker, *t))),
                 _ => None,
             })
             .flatten()
