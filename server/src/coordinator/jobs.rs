@@ -497,8 +497,8 @@ pub fn results_of(
         // Set once the job has ended: what is stored is read to its end,
         // a batch at a time, and the stream ends.
         let mut ended = false;
-        // When the last read caught up with the store (under load, just
-        // after a write), the next one gathers first.
+        // When the last read caught up with a store that is filling
+        // (under load, just after a write), the next one gathers first.
         let mut caught_up_at = None;
         loop {
             coalesce(caught_up_at).await;
@@ -514,7 +514,9 @@ pub fn results_of(
                 }
             };
             let got = batch.len();
-            caught_up_at = (got < 1024).then_some(read_at);
+            // Results came, but fewer than asked: they are streaming in.
+            // (After an empty read the next result is read at once.)
+            caught_up_at = (got > 0 && got < 1024).then_some(read_at);
             for r in batch {
                 if tx.send(Ok(r)).await.is_err() {
                     return;
