@@ -189,15 +189,15 @@ async fn sessions(
     }
 }
 
-/// A coordinator with the default heartbeat (1 s): admitting a million
-/// puzzles at once keeps its two cores busy for a while.
-fn coordinator() -> procs::Coordinator {
-    procs::coordinator_beating(
-        Path::new(BIN),
-        "127.0.0.1:0",
-        1000,
-        &["--cache-entries", "0", "--max-batches-per-client", "64"],
-    )
+/// A coordinator (result cache off) with the default heartbeat (1 s):
+/// admitting a million puzzles at once keeps its two cores busy for a
+/// while.
+fn coordinator(extra: &[&str]) -> procs::Coordinator {
+    let args: Vec<&str> = ["--cache-entries", "0"]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    procs::coordinator_beating(Path::new(BIN), "127.0.0.1:0", 1000, &args)
 }
 
 /// Sends `puzzles` over `clients` connections in `SolveBatch` requests of
@@ -242,7 +242,7 @@ async fn main() {
     println!("| sessions | puzzles/s | coordinator CPU per puzzle |");
     println!("|---:|---:|---:|");
     for &n in &counts {
-        let c = coordinator();
+        let c = coordinator(&["--max-batches-per-client", "64"]);
         let stop = tokio_util::sync::CancellationToken::new();
         sessions(&c.url, n, &answers, false, &stop).await;
         procs::wait_metric(&c.http, "workers", |w| w as usize == n).await;
@@ -264,7 +264,7 @@ async fn main() {
     }
 
     // Memory per queued puzzle.
-    let c = coordinator();
+    let c = coordinator(&["--max-batches-per-client", "64"]);
     let stop = tokio_util::sync::CancellationToken::new();
     sessions(&c.url, 1, &answers, true, &stop).await;
     procs::wait_metric(&c.http, "workers", |w| w == 1).await;
@@ -286,12 +286,7 @@ async fn main() {
     // holds one window of the job in memory, the store the rest.
     let dir = std::env::temp_dir().join(format!("colball-bench-ceiling-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let c = procs::coordinator_beating(
-        Path::new(BIN),
-        "127.0.0.1:0",
-        1000,
-        &["--cache-entries", "0", "--data-dir", dir.to_str().unwrap()],
-    );
+    let c = coordinator(&["--data-dir", dir.to_str().unwrap()]);
     let stop = tokio_util::sync::CancellationToken::new();
     sessions(&c.url, 1, &answers, true, &stop).await;
     procs::wait_metric(&c.http, "workers", |w| w == 1).await;

@@ -175,13 +175,12 @@ pub fn worker_answer(
     moves: i64,
     solution: &str,
 ) -> colball_proto::v1::task_result::Outcome {
-    use colball_solver::{Move, MoveTable};
     let path = solution
         .split_whitespace()
         .map(|t| {
-            Move::parse(t)
-                .and_then(|m| MoveTable::index_of(size, m))
-                .map_or(u8::MAX, |i| i as u8)
+            colball_solver::Move::parse(t).map_or(u8::MAX, |m| {
+                colball_proto::work::path_to_wire(size, &[m])[0]
+            })
         })
         .collect();
     colball_proto::v1::task_result::Outcome::Solved(colball_proto::v1::TaskSolved {

@@ -485,10 +485,11 @@ async fn session(
                         // one message.
                         let mut back = Vec::new();
                         for task in assign.tasks {
-                            if held.len() >= max_held || !held.insert(task.task_id) {
+                            if held.len() >= max_held {
                                 back.push(given_back(task.task_id, "over the session's max_tasks"));
                                 continue;
                             }
+                            held.insert(task.task_id);
                             if let Some(result) = submit(pool, session_id, &task) {
                                 held.remove(&result.task_id);
                                 back.push(result);

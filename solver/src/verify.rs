@@ -67,11 +67,7 @@ pub fn check_answer(puzzle: &Puzzle, moves: i64, solution: &str) -> Result<(), R
             solution.len()
         )));
     }
-    if moves == -1 && !solution.trim().is_empty() {
-        return Err(Rejection::Malformed(
-            "a sequence given with the count -1".into(),
-        ));
-    }
+    check_count(moves, !solution.trim().is_empty())?;
     let sequence =
         parse_moves(puzzle.size(), solution).map_err(|e| Rejection::IllegalMove(e.to_string()))?;
     check_moves(puzzle, moves, &sequence)
@@ -88,15 +84,8 @@ pub fn check_moves(puzzle: &Puzzle, moves: i64, path: &[Move]) -> Result<(), Rej
             path.len()
         )));
     }
-    if moves < -1 {
-        return Err(Rejection::Malformed(format!("a count of {moves}")));
-    }
+    check_count(moves, !path.is_empty())?;
     if moves == -1 {
-        if !path.is_empty() {
-            return Err(Rejection::Malformed(
-                "a sequence given with the count -1".into(),
-            ));
-        }
         return if reachable(puzzle.start(), puzzle.target()) {
             Err(Rejection::FalseUnreachable)
         } else {
@@ -113,6 +102,19 @@ pub fn check_moves(puzzle: &Puzzle, moves: i64, path: &[Move]) -> Result<(), Rej
         apply_moves(puzzle.start(), path).map_err(|e| Rejection::IllegalMove(e.to_string()))?;
     if end != puzzle.target() {
         return Err(Rejection::MissesTarget);
+    }
+    Ok(())
+}
+
+/// The count alone: at least -1, and -1 only without moves.
+fn check_count(moves: i64, has_moves: bool) -> Result<(), Rejection> {
+    if moves < -1 {
+        return Err(Rejection::Malformed(format!("a count of {moves}")));
+    }
+    if moves == -1 && has_moves {
+        return Err(Rejection::Malformed(
+            "a sequence given with the count -1".into(),
+        ));
     }
     Ok(())
 }

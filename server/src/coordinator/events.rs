@@ -385,10 +385,7 @@ impl EventLog {
                     }
                     inner.times_us.push_back(s.time_us);
                 }
-                if inner.results.len() == RECENT {
-                    inner.results.pop_front();
-                }
-                inner.results.push_back(event.clone());
+                push(&mut inner.results, event.clone());
             }
             Some(puzzle_result::Outcome::Error(e)) => {
                 inner.errors += 1;
@@ -500,7 +497,8 @@ fn recent_result(event: &v1::ClusterEvent) -> Option<Recent> {
     })
 }
 
-fn push(ring: &mut VecDeque<Recent>, item: Recent) {
+/// Appends to a ring of the newest [`RECENT`] items.
+fn push<T>(ring: &mut VecDeque<T>, item: T) {
     if ring.len() == RECENT {
         ring.pop_front();
     }

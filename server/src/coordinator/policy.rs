@@ -14,12 +14,11 @@
 //! - [`TargetShare`]: the `target_share` hint sent with each task.
 
 use std::collections::VecDeque;
-
-use foldhash::{HashMap, HashMapExt};
 use std::fmt;
 
 use colball_proto::v1;
 use colball_solver::{Board, Size};
+use foldhash::{HashMap, HashMapExt};
 
 /// A request's priority class; higher classes are always dispatched first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -331,8 +330,7 @@ pub fn weight(size: Size) -> usize {
     match size.cells() {
         0..=4 => 1,
         5..=6 => 2,
-        7..=8 => 4,
-        9 => 4,
+        7..=9 => 4,
         10..=12 => 32,
         _ => WEIGHT_4X4,
     }

@@ -36,11 +36,11 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use colball_proto::v1::{self, cluster_event::Kind as EventKind, puzzle_result, task_result};
-// The books are hashed with foldhash: several times faster than SipHash on
-// these small keys, and randomly seeded per process.
 use colball_proto::work::{method_from_wire, path_from_wire, task_to_wire};
 use colball_solver::verify::{MAX_PATH_MOVES, Rejection, check_moves};
 use colball_solver::{Puzzle, Size, format_moves};
+// The books are hashed with foldhash: several times faster than SipHash on
+// these small keys, and randomly seeded per process.
 use foldhash::{HashMap, HashMapExt, HashSet};
 use thin_vec::ThinVec;
 
@@ -1609,6 +1609,8 @@ fn check_solved(puzzle: &Puzzle, s: v1::TaskSolved) -> Result<Checked, Rejection
     let strategy = method_from_wire(s.method)
         .ok_or_else(|| Rejection::Malformed(format!("an unknown method number {}", s.method)))?
         .name();
+    // Bounded before decoding (`check_moves` checks it again, for every
+    // caller).
     if s.path.len() > MAX_PATH_MOVES {
         return Err(Rejection::Malformed(format!(
             "a path of {} moves (at most {MAX_PATH_MOVES})",
