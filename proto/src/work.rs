@@ -91,23 +91,26 @@ pub fn path_to_wire(size: Size, path: &[Move]) -> Vec<u8> {
 
 /// Reads a wire path on a board of `size`; bounded by the input's length.
 pub fn path_from_wire(size: Size, bytes: &[u8]) -> Result<Vec<Move>, BadMove> {
-    let count = 2 * size.windows();
-    bytes
+    check_path(size, bytes)?;
+    Ok(bytes
         .iter()
-        .enumerate()
-        .map(|(at, &index)| {
-            if usize::from(index) < count {
-                Ok(MoveTable::move_at(size, usize::from(index)))
-            } else {
-                Err(BadMove {
-                    at,
-                    index,
-                    size,
-                    last: count - 1,
-                })
-            }
-        })
-        .collect()
+        .map(|&index| MoveTable::move_at(size, usize::from(index)))
+        .collect())
+}
+
+/// That every byte of a wire path is a move of a board of `size`, without
+/// reading the path into moves (the coordinator replays the bytes).
+pub fn check_path(size: Size, bytes: &[u8]) -> Result<(), BadMove> {
+    let count = 2 * size.windows();
+    match bytes.iter().position(|&index| usize::from(index) >= count) {
+        None => Ok(()),
+        Some(at) => Err(BadMove {
+            at,
+            index: bytes[at],
+            size,
+            last: count - 1,
+        }),
+    }
 }
 
 /// The wire form of what answered a task.

@@ -17,12 +17,14 @@
 //! resident set before and after, per puzzle.
 //!
 //! Sessions share TCP connections, 50 to a connection (HTTP/2 streams), so
-//! 1,000 sessions need 20 connections.
+//! 1,000 sessions need 20 connections. `COLBALL_SERVER=PATH` measures
+//! another build of the coordinator (an older commit's, for a ratio in one
+//! sitting).
 
 #![allow(clippy::unwrap_used)] // a benchmark: a failed unwrap is a failed run
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -197,7 +199,10 @@ fn coordinator(extra: &[&str]) -> procs::Coordinator {
         .into_iter()
         .chain(extra.iter().copied())
         .collect();
-    procs::coordinator_beating(Path::new(BIN), "127.0.0.1:0", 1000, &args)
+    // `COLBALL_SERVER` names another build to measure (an older commit's,
+    // side by side with this one).
+    let bin = std::env::var_os("COLBALL_SERVER").map_or_else(|| BIN.into(), PathBuf::from);
+    procs::coordinator_beating(&bin, "127.0.0.1:0", 1000, &args)
 }
 
 /// Sends `puzzles` over `clients` connections in `SolveBatch` requests of

@@ -42,10 +42,11 @@ impl Answer {
 /// Puzzle -> answer, holding at most `capacity` entries.
 #[derive(Debug)]
 pub struct ResultCache {
-    map: DashMap<Puzzle, Answer>,
+    /// foldhash, seeded per process, as the state's books.
+    map: DashMap<Puzzle, Answer, foldhash::fast::RandomState>,
     /// Workers whose answers were evicted: later inserts of theirs (still
     /// on their way when they were caught) are refused.
-    banned: DashMap<String, ()>,
+    banned: DashMap<String, (), foldhash::fast::RandomState>,
     capacity: usize,
     hits: AtomicU64,
     misses: AtomicU64,
@@ -55,8 +56,8 @@ impl ResultCache {
     /// A cache of at most `capacity` entries; 0 turns it off.
     pub fn new(capacity: usize) -> ResultCache {
         ResultCache {
-            map: DashMap::new(),
-            banned: DashMap::new(),
+            map: DashMap::default(),
+            banned: DashMap::default(),
             capacity,
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),

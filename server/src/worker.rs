@@ -116,12 +116,10 @@ enum SessionEnd {
     Refused(Status),
 }
 
-/// The one place the worker calls the solver. The puzzle is announced to
-/// the shared engine first, so that `auto` sees targets that many assigned
-/// puzzles share and builds a distance table once they pay for one. Returns
-/// the solution and what answered it.
+/// The one place the worker calls the solver (the puzzle was announced to
+/// the engine when its task arrived: see [`submit`]). Returns the solution
+/// and what answered it.
 fn solve_puzzle(solver: &mut Solver, puzzle: &Puzzle) -> (Solution, Method) {
-    solver.engine().announce([puzzle]);
     let answer = solver.solve(puzzle);
     (answer.solution, answer.method)
 }
@@ -598,10 +596,11 @@ fn submit(pool: &Pool, session: u64, task: &v1::Task) -> Option<v1::TaskResult> 
             });
         }
     };
-    if task.target_share > 0 {
-        // The coordinator saw more of this target than we will at once.
-        pool.engine.hint_target_count(&puzzle, task.target_share);
-    }
+    // Announced as it arrives, so that `auto` sees targets that many
+    // assigned puzzles share and builds a distance table once they pay for
+    // one; `target_share` says how many the coordinator saw of this target
+    // (more than we will at once).
+    pool.engine.announce_hinted(&puzzle, task.target_share);
     match pool.jobs.send(Job {
         session,
         task_id,

@@ -188,12 +188,13 @@ impl Engine {
         self.update_demand(puzzles, |n| *n += 1);
     }
 
-    /// Tells the engine that about `count` puzzles with `puzzle`'s target
-    /// are on their way, when whoever holds the whole batch knows more than
-    /// the puzzles announced so far (a worker is sent a few at a time): the
-    /// target's announced count is raised to at least `count`.
-    pub fn hint_target_count(&self, puzzle: &Puzzle, count: u64) {
-        self.update_demand([puzzle], |n| *n = (*n).max(count));
+    /// Announces one puzzle, and tells the engine that about `count`
+    /// puzzles with its target are on their way, when whoever holds the
+    /// whole batch knows more than the puzzles announced so far (a worker is
+    /// sent a few at a time): the target's announced count goes up by one,
+    /// and to at least `count`.
+    pub fn announce_hinted(&self, puzzle: &Puzzle, count: u64) {
+        self.update_demand([puzzle], |n| *n = (*n + 1).max(count));
     }
 
     /// Applies `update` to the announced count of each puzzle's canonical
@@ -243,8 +244,8 @@ fn table_key(target: Board) -> TableKey {
 /// The canonical form of a target under the symmetries that keep it a
 /// target, and the symmetry that gives it.
 fn canonical_target(target: Board) -> (Board, Symmetry) {
-    Symmetry::target_preserving()
-        .map(|sym| (sym.board(target), sym))
+    Symmetry::target_images(target)
+        .into_iter()
         .min_by_key(|(b, _)| (b.size(), b.packed()))
         .expect("there is always the identity")
 }
@@ -440,10 +441,15 @@ mod tests {
         // Hints are bounded the same way (4x4 targets: all distinct).
         let four = Size::new(4, 4).unwrap();
         for _ in 0..MAX_DEMAND_ENTRIES + 10 {
-            engine.hint_target_count(&g.uniform(four), 1);
+            engine.announce_hinted(&g.uniform(four), 1);
         }
         assert!(engine.demand.len() <= MAX_DEMAND_ENTRIES);
         assert_eq!(engine.demand.get(&table_key(target)).map(|n| *n), Some(2));
+        // A hint raises a count to at least itself, and counts the puzzle.
+        engine.announce_hinted(&shared, 40);
+        assert_eq!(engine.demand.get(&table_key(target)).map(|n| *n), Some(40));
+        engine.announce_hinted(&shared, 3);
+        assert_eq!(engine.demand.get(&table_key(target)).map(|n| *n), Some(41));
     }
 
     #[test]
@@ -487,21 +493,21 @@ mod tests {
         assert_ne!(solver.solve(&first).method, Method::Table);
         // A hint that enough of them are coming is.
         let next = Puzzle::new(g.board(size), target).unwrap();
-        engine.announce([&next]);
-        engine.hint_target_count(&next, break_even(size));
+        engine.announce_hinted(&next, break_even(size));
         assert_eq!(solver.solve(&next).method, Method::Table);
         let (key, _) = canonical_target(target);
-        engine.hint_target_count(&next, 1);
+        // A smaller hint only counts the puzzle.
+        engine.announce_hinted(&next, 1);
         assert_eq!(
             engine.demand.get(&table_key(key)).map(|n| *n),
-            Some(break_even(size))
+            Some(break_even(size) + 1)
         );
         // Only `auto` counts demand.
         let bidir = Engine::new(EngineConfig {
             strategy: Strategy::Bidir,
             ..EngineConfig::default()
         });
-        bidir.hint_target_count(&next, 1_000_000);
+        bidir.announce_hinted(&next, 1_000_000);
         assert!(bidir.demand.is_empty());
     }
 }

@@ -57,11 +57,12 @@ impl Move {
 
     /// Applies this move to `board`.
     pub fn apply(self, board: Board) -> Result<Board, MoveError> {
-        let index = MoveTable::index_of(board.size(), self).ok_or(MoveError::OutOfRange {
-            index: 1,
-            token: self.to_string(),
-            size: board.size(),
-        })?;
+        let index =
+            MoveTable::index_of(board.size(), self).ok_or_else(|| MoveError::OutOfRange {
+                index: 1,
+                token: self.to_string(),
+                size: board.size(),
+            })?;
         let table = MoveTable::of(board.size());
         Ok(Board::from_packed_unchecked(
             board.size(),
@@ -149,7 +150,8 @@ pub fn apply_moves(board: Board, moves: &[Move]) -> Result<Board, MoveError> {
     let table = MoveTable::of(board.size());
     let mut packed = board.packed();
     for (i, &m) in moves.iter().enumerate() {
-        let index = MoveTable::index_of(board.size(), m).ok_or(MoveError::OutOfRange {
+        // `ok_or_else`: the error's text is built only for an error.
+        let index = MoveTable::index_of(board.size(), m).ok_or_else(|| MoveError::OutOfRange {
             index: i + 1,
             token: m.to_string(),
             size: board.size(),
@@ -319,6 +321,34 @@ impl MoveTable {
             (false, false) => rotate(packed, op.top, op.bottom),
             (false, true) => rotate_inverse(packed, op.top, op.bottom),
         }
+    }
+
+    /// Applies the moves numbered `indices` (the worker protocol's form of
+    /// a path) to a packed board; `None` if one is not a move of this size.
+    pub fn apply_indices(&self, mut packed: u32, indices: &[u8]) -> Option<u32> {
+        for &index in indices {
+            let op = *self.ops.get(usize::from(index))?;
+            packed = if op.recolour {
+                recolour(packed, op.lows)
+            } else {
+                rotate(packed, op.top, op.bottom)
+            };
+        }
+        Some(packed)
+    }
+
+    /// The notation of the moves numbered `indices`, space-separated (as
+    /// [`format_moves`] writes them); `None` if one is not a move of this
+    /// size.
+    pub fn notation(&self, indices: &[u8]) -> Option<String> {
+        let mut out = String::with_capacity(indices.len() * 4);
+        for (i, &index) in indices.iter().enumerate() {
+            if i > 0 {
+                out.push(' ');
+            }
+            out.extend(self.moves.get(usize::from(index))?.chars());
+        }
+        Some(out)
     }
 
     /// Applies move `index` to a packed board.

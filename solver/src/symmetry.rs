@@ -100,18 +100,41 @@ impl Symmetry {
         out
     }
 
+    /// `board` under every target-preserving symmetry, in the order of
+    /// [`Symmetry::target_preserving`]: as `map(|s| (s.board(board), s))`,
+    /// with the cells moved once per turn rather than once per symmetry
+    /// (the colour shifts only recolour).
+    pub fn target_images(board: Board) -> [(Board, Symmetry); 12] {
+        let mut out = [(board, Symmetry::IDENTITY); 12];
+        for turns in 0..4u8 {
+            let turned = Symmetry {
+                turns,
+                shift: 0,
+                mirror: false,
+            }
+            .board(board);
+            for shift in 0..3u8 {
+                let sym = Symmetry {
+                    turns,
+                    shift,
+                    mirror: false,
+                };
+                let lows = 0x5555_5555 & turned.size().used_bits();
+                let packed = shift_colours(turned.packed(), lows, shift);
+                let image = Board::from_packed(turned.size(), packed)
+                    .expect("symmetries keep boards valid");
+                out[usize::from(3 * turns + shift)] = (image, sym);
+            }
+        }
+        out
+    }
+
     /// The transformed board (positions and colours; no swap).
     pub fn board(&self, board: Board) -> Board {
         let size = board.size();
         let new = self.size(size);
         let lows = 0x5555_5555 & new.used_bits();
-        let mut s = self.place(size, board.packed());
-        for _ in 0..self.shift {
-            // R(00) -> B(01) -> G(10) -> R on every cell.
-            let lo = s & lows;
-            let hi = (s >> 1) & lows;
-            s = (!(lo | hi) & lows) | (lo << 1);
-        }
+        let mut s = shift_colours(self.place(size, board.packed()), lows, self.shift);
         if self.mirror {
             // Negate: swap B(01) and G(10).
             s = ((s >> 1) & lows) | ((s & lows) << 1);
@@ -205,6 +228,17 @@ pub fn canonical(
         .expect("there is always the identity")
 }
 
+/// Shifts every cell's colour `shift` times: R(00) -> B(01) -> G(10) -> R.
+/// `lows` holds the low bit of each cell of the board.
+fn shift_colours(mut s: u32, lows: u32, shift: u8) -> u32 {
+    for _ in 0..shift {
+        let lo = s & lows;
+        let hi = (s >> 1) & lows;
+        s = (!(lo | hi) & lows) | (lo << 1);
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,6 +276,20 @@ mod tests {
             for sym in Symmetry::all() {
                 let (other, _) = canonical(&sym.puzzle(&p), Symmetry::all());
                 assert_eq!(key, other);
+            }
+        }
+    }
+
+    #[test]
+    fn target_images_are_the_target_preserving_symmetries_in_order() {
+        let mut g = Generator::new(5);
+        for size in Size::ALL {
+            for _ in 0..20 {
+                let board = g.uniform(size).target();
+                let each: Vec<(Board, Symmetry)> = Symmetry::target_preserving()
+                    .map(|s| (s.board(board), s))
+                    .collect();
+                assert_eq!(Symmetry::target_images(board).to_vec(), each);
             }
         }
     }

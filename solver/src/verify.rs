@@ -78,13 +78,44 @@ pub fn check_answer(puzzle: &Puzzle, moves: i64, solution: &str) -> Result<(), R
 /// and the target is in fact unreachable. (The wire's move indices become
 /// `path` through [`crate::moves::MoveTable::move_at`].)
 pub fn check_moves(puzzle: &Puzzle, moves: i64, path: &[Move]) -> Result<(), Rejection> {
-    if path.len() > MAX_PATH_MOVES {
+    check_replay(puzzle, moves, path.len(), || {
+        apply_moves(puzzle.start(), path).map_err(|e| Rejection::IllegalMove(e.to_string()))
+    })
+}
+
+/// [`check_moves`] for a path of move numbers, as the worker protocol
+/// carries it (see [`MoveTable::get`]): replayed on the packed board, with
+/// no list of moves built.
+pub fn check_indices(puzzle: &Puzzle, moves: i64, indices: &[u8]) -> Result<(), Rejection> {
+    let size = puzzle.size();
+    check_replay(puzzle, moves, indices.len(), || {
+        MoveTable::of(size)
+            .apply_indices(puzzle.start().packed(), indices)
+            .map(|end| Board::from_packed_unchecked(size, end))
+            .ok_or_else(|| {
+                Rejection::IllegalMove(format!(
+                    "a move number {} or more on a {size} board",
+                    2 * size.windows()
+                ))
+            })
+    })
+}
+
+/// What [`check_moves`] and [`check_indices`] share: the bound, the count,
+/// an unreachable claim, and the end of a path of `length` moves, which
+/// `end` replays.
+fn check_replay(
+    puzzle: &Puzzle,
+    moves: i64,
+    length: usize,
+    end: impl FnOnce() -> Result<Board, Rejection>,
+) -> Result<(), Rejection> {
+    if length > MAX_PATH_MOVES {
         return Err(Rejection::Malformed(format!(
-            "a sequence of {} moves (at most {MAX_PATH_MOVES})",
-            path.len()
+            "a sequence of {length} moves (at most {MAX_PATH_MOVES})"
         )));
     }
-    check_count(moves, !path.is_empty())?;
+    check_count(moves, length > 0)?;
     if moves == -1 {
         return if reachable(puzzle.start(), puzzle.target()) {
             Err(Rejection::FalseUnreachable)
@@ -92,15 +123,13 @@ pub fn check_moves(puzzle: &Puzzle, moves: i64, path: &[Move]) -> Result<(), Rej
             Ok(())
         };
     }
-    if path.len() as i64 != moves {
+    if length as i64 != moves {
         return Err(Rejection::WrongCount {
             count: moves,
-            length: path.len(),
+            length,
         });
     }
-    let end =
-        apply_moves(puzzle.start(), path).map_err(|e| Rejection::IllegalMove(e.to_string()))?;
-    if end != puzzle.target() {
+    if end()? != puzzle.target() {
         return Err(Rejection::MissesTarget);
     }
     Ok(())
@@ -150,6 +179,7 @@ mod tests {
     use super::*;
     use crate::board::Size;
     use crate::generate::Generator;
+    use crate::moves::format_moves;
     use crate::search::BidirSearch;
 
     #[test]
@@ -215,5 +245,47 @@ mod tests {
             }
         }
         assert!(unreachable > 0);
+    }
+
+    #[test]
+    fn move_numbers_are_checked_as_the_moves_they_name() {
+        let mut g = Generator::new(12);
+        let mut search = BidirSearch::new();
+        for size in Size::ALL {
+            let table = MoveTable::of(size);
+            for _ in 0..30 {
+                let p = g.uniform(size);
+                let s = search.solve(&p);
+                let path: Vec<Move> = s.path().map(<[Move]>::to_vec).unwrap_or_default();
+                let mut indices: Vec<u8> = path
+                    .iter()
+                    .map(|&m| MoveTable::index_of(size, m).unwrap() as u8)
+                    .collect();
+                assert_eq!(table.notation(&indices), Some(format_moves(&path)));
+                for count in [s.answer(), s.answer() + 1, -1, -2] {
+                    assert_eq!(
+                        check_indices(&p, count, &indices),
+                        check_moves(&p, count, &path),
+                        "{p:?} {count}"
+                    );
+                }
+                if let Some(first) = indices.first_mut() {
+                    // Another move in the first place: replayed the same way.
+                    *first = (*first + 1) % table.len() as u8;
+                    let changed: Vec<Move> = indices.iter().map(|&i| table.get(i.into())).collect();
+                    assert_eq!(
+                        check_indices(&p, s.answer(), &indices),
+                        check_moves(&p, s.answer(), &changed)
+                    );
+                    // A number past the board's moves is refused, not read.
+                    indices[0] = table.len() as u8;
+                    assert_eq!(table.notation(&indices), None);
+                    assert!(matches!(
+                        check_indices(&p, s.answer(), &indices),
+                        Err(Rejection::IllegalMove(_))
+                    ));
+                }
+            }
+        }
     }
 }

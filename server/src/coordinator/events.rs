@@ -313,9 +313,24 @@ impl EventLog {
         self.publish_at(kind, unix_ms());
     }
 
+    /// Records `kinds` as the next events, in order, under one lock and at
+    /// one time (a batch's results as they arrive together).
+    pub fn publish_all(&self, kinds: impl IntoIterator<Item = Kind>) {
+        let now = unix_ms();
+        let mut inner = self.lock();
+        for kind in kinds {
+            self.record(&mut inner, kind, now);
+        }
+    }
+
     /// [`Self::publish`] at a given time (milliseconds since the epoch).
     fn publish_at(&self, kind: Kind, now: i64) {
         let mut inner = self.lock();
+        self.record(&mut inner, kind, now);
+    }
+
+    /// One event, under the lock.
+    fn record(&self, inner: &mut Inner, kind: Kind, now: i64) {
         if let Kind::QueueDepth(d) = &kind {
             inner.depths = [d.interactive, d.normal, d.bulk];
             inner.second(now).queued = [d.interactive, d.normal, d.bulk];
@@ -339,7 +354,7 @@ impl EventLog {
             kind: Some(kind),
         });
         if let Some(Kind::Result(r)) = &event.kind {
-            self.account(&mut inner, r, &event, now);
+            self.account(inner, r, &event, now);
         }
         inner.next += 1;
         if inner.retained.len() == inner.capacity {
@@ -567,24 +582,34 @@ impl BatchEvents {
 
     /// Reports one result (and progress at every tenth of the batch).
     pub fn result(&mut self, result: &v1::PuzzleResult) {
-        match result.outcome {
-            Some(puzzle_result::Outcome::Error(_)) => self.errors += 1,
-            _ => self.solved += 1,
-        }
-        self.log.publish(Kind::Result(v1::ResultEvent {
-            batch: self.batch,
-            result: Some(result.clone()),
-        }));
-        let done = self.solved + self.errors;
+        self.results(std::slice::from_ref(result));
+    }
+
+    /// Reports results that arrived together, as one step of the log, and
+    /// progress at every tenth of the batch they pass.
+    pub fn results(&mut self, results: &[v1::PuzzleResult]) {
+        let mut kinds = Vec::with_capacity(results.len() + 1);
         let step = progress_step(self.total);
-        if done >= self.next_progress && done < self.total {
-            self.log.publish(Kind::BatchProgress(v1::BatchProgress {
+        for result in results {
+            match result.outcome {
+                Some(puzzle_result::Outcome::Error(_)) => self.errors += 1,
+                _ => self.solved += 1,
+            }
+            kinds.push(Kind::Result(v1::ResultEvent {
                 batch: self.batch,
-                done,
-                total: self.total,
+                result: Some(result.clone()),
             }));
-            self.next_progress = done + step;
+            let done = self.solved + self.errors;
+            if done >= self.next_progress && done < self.total {
+                kinds.push(Kind::BatchProgress(v1::BatchProgress {
+                    batch: self.batch,
+                    done,
+                    total: self.total,
+                }));
+                self.next_progress = done + step;
+            }
         }
+        self.log.publish_all(kinds);
     }
 
     /// Reports the end of the request; `outcome` is `complete` or why not.

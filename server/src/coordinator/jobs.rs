@@ -385,20 +385,25 @@ async fn run_window(
         Status::from(e)
     })?;
     let mut got = 0;
+    let mut arrived = Vec::new();
+    let mut results = Vec::new();
     while got < n {
-        let event = tokio::select! {
-            e = stream.next() => e,
+        let more = tokio::select! {
+            more = stream.next_batch(&mut arrived) => more,
             () = cancel.cancelled() => return Ok(()),
         };
-        match event {
-            Some(Ok(result)) => {
-                got += 1;
-                stream.sent(1);
-                events.result(&result);
-                let _ = shared.writer.send((job, result));
-            }
-            Some(Err(status)) => return Err(status),
-            None => return Err(Status::unavailable("the window's stream ended early")),
+        if !more {
+            return Err(Status::unavailable("the window's stream ended early"));
+        }
+        let failure = super::take_results(&mut arrived, &mut results);
+        got += results.len();
+        stream.sent(results.len());
+        events.results(&results);
+        for result in results.drain(..) {
+            let _ = shared.writer.send((job, result));
+        }
+        if let Some(status) = failure {
+            return Err(status);
         }
     }
     Ok(())

@@ -660,6 +660,19 @@ impl RequestStream {
         self.buffer.pop_front()
     }
 
+    /// Every result that has arrived, at least one (waiting for it), into
+    /// `out`; `false` when the coordinator dropped the request.
+    async fn next_batch(&mut self, out: &mut Vec<BatchEvent>) -> bool {
+        if self.buffer.is_empty() {
+            self.ack();
+            let got = self.rx.recv_many(out, 1024).await;
+            self.received += got;
+            return got > 0;
+        }
+        out.extend(self.buffer.drain(..));
+        true
+    }
+
     /// Counts results passed on to the client.
     fn sent(&mut self, n: usize) {
         self.sent += n;
@@ -887,9 +900,15 @@ impl Solver for SolverService {
             ready = admitted.ready.len(),
             "batch admitted"
         );
-        let (tx, rx) = mpsc::channel(256);
+        // Results travel in groups (what arrived together); the response
+        // stream hands them to tonic one by one, which writes what is
+        // ready together.
+        let (tx, rx) = mpsc::channel(16);
         tokio::spawn(forward(admitted, request.ordered, deadline, tx));
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(futures_util::StreamExt::flat_map(
+            ReceiverStream::new(rx),
+            tokio_stream::iter,
+        ))))
     }
 
     type WatchStream = EventStream;
@@ -967,7 +986,7 @@ async fn forward(
     admitted: Admitted,
     ordered: bool,
     deadline: Option<tokio::time::Instant>,
-    tx: mpsc::Sender<Result<v1::PuzzleResult, Status>>,
+    tx: mpsc::Sender<Vec<Result<v1::PuzzleResult, Status>>>,
 ) {
     let Admitted {
         ready,
@@ -981,50 +1000,49 @@ async fn forward(
     let mut sent = 0usize;
     let expire = expire_at(deadline);
     tokio::pin!(expire);
-    let mut incoming = ready.into_iter().map(Ok).collect::<Vec<_>>();
-    incoming.reverse();
+    let mut incoming: Vec<BatchEvent> = ready.into_iter().map(Ok).collect();
     while sent < total {
-        let event = match incoming.pop() {
-            Some(event) => event,
-            None => tokio::select! {
-                event = stream.next() => match event {
-                    Some(event) => event,
-                    None => Err(ServerError::ShuttingDown.into()),
+        if incoming.is_empty() {
+            tokio::select! {
+                more = stream.next_batch(&mut incoming) => if !more {
+                    incoming.push(Err(ServerError::ShuttingDown.into()));
                 },
                 () = tx.closed() => {
                     tracing::debug!("client went away; cancelling its batch");
                     break;
                 }
-                () = &mut expire => Err(ServerError::DeadlineExceeded.into()),
-            },
-        };
-        let result = match event {
-            Ok(result) => result,
-            Err(status) => {
-                events.finish(status.message());
-                let _ = tx.send(Err(status)).await;
-                break;
+                () = &mut expire => incoming.push(Err(ServerError::DeadlineExceeded.into())),
             }
-        };
-        events.result(&result);
+        }
+        // What arrived together goes on together: one step of the event
+        // log and one message to the response stream.
+        let mut results = Vec::with_capacity(incoming.len());
+        let failure = take_results(&mut incoming, &mut results);
+        events.results(&results);
         let out: Vec<_> = if ordered {
-            held.insert(result.index, result);
+            for r in results {
+                held.insert(r.index, r);
+            }
             let mut out = Vec::new();
             while let Some(r) = held.remove(&next) {
                 next += 1;
-                out.push(r);
+                out.push(Ok(r));
             }
             out
         } else {
-            vec![result]
+            results.into_iter().map(Ok).collect()
         };
-        for r in out {
-            sent += 1;
-            if tx.send(Ok(r)).await.is_err() {
-                tracing::debug!("client went away; cancelling its batch");
-                return;
-            }
-            stream.sent(1);
+        let n = out.len();
+        sent += n;
+        if n > 0 && tx.send(out).await.is_err() {
+            tracing::debug!("client went away; cancelling its batch");
+            return;
+        }
+        stream.sent(n);
+        if let Some(status) = failure {
+            events.finish(status.message());
+            let _ = tx.send(vec![Err(status)]).await;
+            break;
         }
     }
     if sent == total {
@@ -1035,6 +1053,22 @@ async fn forward(
     // request.
     drop(stream);
     drop(slot);
+}
+
+/// Moves the results that arrived together from `arrived` to `results`,
+/// up to the first failure, which it returns (what follows a failure is
+/// dropped: the request ends there).
+fn take_results(
+    arrived: &mut Vec<BatchEvent>,
+    results: &mut Vec<v1::PuzzleResult>,
+) -> Option<Status> {
+    for event in arrived.drain(..) {
+        match event {
+            Ok(result) => results.push(result),
+            Err(status) => return Some(status),
+        }
+    }
+    None
 }
 
 /// Completes when `deadline` passes; never without one.

@@ -36,9 +36,9 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use colball_proto::v1::{self, cluster_event::Kind as EventKind, puzzle_result, task_result};
-use colball_proto::work::{method_from_wire, path_from_wire, task_to_wire};
-use colball_solver::verify::{MAX_PATH_MOVES, Rejection, check_moves};
-use colball_solver::{Puzzle, Size, format_moves};
+use colball_proto::work::{check_path, method_from_wire, task_to_wire};
+use colball_solver::verify::{MAX_PATH_MOVES, Rejection, check_indices};
+use colball_solver::{MoveTable, Puzzle, Size};
 // The books are hashed with foldhash: several times faster than SipHash on
 // these small keys, and randomly seeded per process.
 use foldhash::{HashMap, HashMapExt, HashSet};
@@ -1609,7 +1609,7 @@ fn check_solved(puzzle: &Puzzle, s: v1::TaskSolved) -> Result<Checked, Rejection
     let strategy = method_from_wire(s.method)
         .ok_or_else(|| Rejection::Malformed(format!("an unknown method number {}", s.method)))?
         .name();
-    // Bounded before decoding (`check_moves` checks it again, for every
+    // Bounded before replaying (`check_indices` checks it again, for every
     // caller).
     if s.path.len() > MAX_PATH_MOVES {
         return Err(Rejection::Malformed(format!(
@@ -1617,12 +1617,14 @@ fn check_solved(puzzle: &Puzzle, s: v1::TaskSolved) -> Result<Checked, Rejection
             s.path.len()
         )));
     }
-    let path = path_from_wire(puzzle.size(), &s.path)
-        .map_err(|e| Rejection::IllegalMove(e.to_string()))?;
-    check_moves(puzzle, s.moves, &path)?;
+    // Replayed as the move numbers the wire carries: no list of moves.
+    check_path(puzzle.size(), &s.path).map_err(|e| Rejection::IllegalMove(e.to_string()))?;
+    check_indices(puzzle, s.moves, &s.path)?;
+    let table = MoveTable::of(puzzle.size());
     Ok(Checked {
         moves: s.moves,
-        solution: format_moves(&path),
+        // Every byte is a move (checked above).
+        solution: table.notation(&s.path).unwrap_or_default(),
         strategy,
         time_us: s.time_us,
     })
@@ -1638,10 +1640,10 @@ fn truncate(text: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use colball_proto::work::task_puzzle;
-    use colball_solver::BidirSearch;
+    use colball_proto::work::{path_from_wire, task_puzzle};
     use colball_solver::generate::Generator;
     use colball_solver::verify::check_answer;
+    use colball_solver::{BidirSearch, format_moves};
 
     fn limits() -> Limits {
         Limits {
