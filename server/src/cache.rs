@@ -6,7 +6,7 @@
 //! cache is full, new answers are simply not kept (memory stays bounded and
 //! nothing is evicted under a reader's feet).
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use colball_solver::Puzzle;
 use dashmap::DashMap;
@@ -47,6 +47,9 @@ pub struct ResultCache {
     /// Workers whose answers were evicted: later inserts of theirs (still
     /// on their way when they were caught) are refused.
     banned: DashMap<String, (), foldhash::fast::RandomState>,
+    /// Entries kept, counted here: `DashMap::len` locks every shard, and
+    /// every insert asks.
+    len: AtomicUsize,
     capacity: usize,
     hits: AtomicU64,
     misses: AtomicU64,
@@ -58,6 +61,7 @@ impl ResultCache {
         ResultCache {
             map: DashMap::default(),
             banned: DashMap::default(),
+            len: AtomicUsize::new(0),
             capacity,
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -93,8 +97,15 @@ impl ResultCache {
             }
             return;
         }
-        if self.map.len() < self.capacity {
-            self.map.insert(puzzle, answer);
+        // Room is taken before the insert, so racing inserts never keep
+        // more than `capacity`.
+        let room = self
+            .len
+            .fetch_update(Relaxed, Relaxed, |n| (n < self.capacity).then_some(n + 1))
+            .is_ok();
+        if room && self.map.insert(puzzle, answer).is_some() {
+            // Another insert of the same puzzle came first: one entry.
+            self.len.fetch_sub(1, Relaxed);
         }
     }
 
@@ -105,9 +116,14 @@ impl ResultCache {
         if self.banned.len() < 10_000 {
             self.banned.insert(worker.to_string(), ());
         }
-        let before = self.map.len();
-        self.map.retain(|_, a| a.worker != worker);
-        before - self.map.len()
+        let mut evicted = 0;
+        self.map.retain(|_, a| {
+            let keep = a.worker != worker;
+            evicted += usize::from(!keep);
+            keep
+        });
+        self.len.fetch_sub(evicted, Relaxed);
+        evicted
     }
 
     pub fn len(&self) -> usize {
@@ -157,5 +173,14 @@ mod tests {
         // A caught worker's answer still on its way is not kept.
         cache.insert(puzzles[2], answer.clone());
         assert_eq!(cache.get(&puzzles[2]), None);
+        // The evicted entry's room is free again, and only its room.
+        let other = Answer {
+            worker: "x".into(),
+            ..answer.clone()
+        };
+        cache.insert(puzzles[1], other.clone());
+        assert_eq!(cache.get(&puzzles[1]), Some(other.clone()));
+        cache.insert(g.uniform(size), other);
+        assert_eq!(cache.len(), 2);
     }
 }

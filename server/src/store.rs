@@ -571,6 +571,9 @@ impl Store {
             // jobs only), read once per group; results of a job deleted
             // meanwhile are dropped.
             let mut positions: HashMap<i64, Option<Option<i64>>> = HashMap::new();
+            // New results per job (solved, errors): the jobs' counts are
+            // updated once per job per group, not once per result.
+            let mut counts: HashMap<i64, (i64, i64)> = HashMap::new();
             for (job, r) in results {
                 let pos = match positions.get(job) {
                     Some(p) => *p,
@@ -582,11 +585,15 @@ impl Store {
                     insert.execute(params![job, r.index as i64, error, r.encode_to_vec(), pos])?;
                 if n > 0 {
                     new += 1;
-                    count.execute(params![job, i64::from(!error), i64::from(error)])?;
+                    let c = counts.entry(*job).or_default();
+                    *c = (c.0 + i64::from(!error), c.1 + i64::from(error));
                     if let Some(Some(Some(p))) = positions.get_mut(job) {
                         *p += 1;
                     }
                 }
+            }
+            for (job, (solved, errors)) in counts {
+                count.execute(params![job, solved, errors])?;
             }
         }
         tx.commit()?;
@@ -771,6 +778,22 @@ mod tests {
             3
         );
         assert_eq!(s.put_results(&[(job, solved(1))]).unwrap(), 0, "kept once");
+        // One group over two jobs, an error among them and a repeat: each
+        // job counts its own new results once.
+        let other = s.create("carol", "", 3, JobFlags::default(), 1).unwrap();
+        s.add(other, 0, &all[..3]).unwrap();
+        s.seal(other, 2).unwrap();
+        let failed = v1::PuzzleResult::failed("p1".into(), 1, "no worker".into());
+        let group = [
+            (other, solved(0)),
+            (job, solved(0)),
+            (other, failed),
+            (other, solved(2)),
+        ];
+        assert_eq!(s.put_results(&group).unwrap(), 3);
+        let row = s.job(other).unwrap().unwrap();
+        assert_eq!((row.solved, row.errors), (2, 1));
+        s.delete(other).unwrap();
         // Results in order up to the first gap.
         assert_eq!(s.results(job, 0, 100, false).unwrap().len(), 2);
         assert_eq!(s.results(job, 3, 100, false).unwrap().len(), 1);
