@@ -10,7 +10,6 @@
 //! tells the coordinator it is draining, finishes and reports what it
 //! holds, then leaves.
 
-use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -23,6 +22,9 @@ use colball_proto::work::{method_to_wire, path_to_wire, task_puzzle};
 use colball_proto::{MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 use colball_solver::cache::CacheConfig;
 use colball_solver::{Engine, EngineConfig, Method, Puzzle, Solution, Solver, Strategy};
+// Task ids are the coordinator's numbers: foldhash, as the coordinator's
+// books, rather than SipHash.
+use foldhash::{HashSet, HashSetExt};
 use thiserror::Error;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
