@@ -555,11 +555,15 @@ impl Store {
     }
 
     /// Stores results (grouped: one transaction for all of them). A result
-    /// already stored is kept. Returns how many were new.
-    pub fn put_results(&self, results: &[(i64, v1::PuzzleResult)]) -> Result<usize, StoreError> {
+    /// already stored is kept. Returns, for each result, whether it was
+    /// stored (`false` for a repeat, or a result of a deleted job).
+    pub fn put_results(
+        &self,
+        results: &[(i64, v1::PuzzleResult)],
+    ) -> Result<Vec<bool>, StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
-        let mut new = 0;
+        let mut new = vec![false; results.len()];
         {
             let mut insert = tx.prepare_cached(
                 "INSERT OR IGNORE INTO results (job, idx, error, result, pos) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -574,7 +578,7 @@ impl Store {
             // New results per job (solved, errors): the jobs' counts are
             // updated once per job per group, not once per result.
             let mut counts: HashMap<i64, (i64, i64)> = HashMap::new();
-            for (job, r) in results {
+            for (at, (job, r)) in results.iter().enumerate() {
                 let pos = match positions.get(job) {
                     Some(p) => *p,
                     None => *positions.entry(*job).or_insert(next_pos(&tx, *job)?),
@@ -584,7 +588,7 @@ impl Store {
                 let n =
                     insert.execute(params![job, r.index as i64, error, r.encode_to_vec(), pos])?;
                 if n > 0 {
-                    new += 1;
+                    new[at] = true;
                     let c = counts.entry(*job).or_default();
                     *c = (c.0 + i64::from(!error), c.1 + i64::from(error));
                     if let Some(Some(Some(p))) = positions.get_mut(job) {
@@ -611,17 +615,7 @@ impl Store {
         limit: usize,
         stored_order: bool,
     ) -> Result<Vec<v1::PuzzleResult>, StoreError> {
-        let conn = self.conn();
-        let mut q = conn.prepare_cached(if stored_order {
-            "SELECT pos, result FROM results WHERE job = ?1 AND pos >= ?2 AND pos IS NOT NULL ORDER BY pos LIMIT ?3"
-        } else {
-            "SELECT idx, result FROM results WHERE job = ?1 AND idx >= ?2 ORDER BY idx LIMIT ?3"
-        })?;
-        let rows = q
-            .query_map(params![job, from as i64, limit as i64], |r| {
-                Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
-            })?
-            .collect::<Result<Vec<_>, _>>()?;
+        let rows = self.result_rows(job, from, limit, stored_order)?;
         let mut out = Vec::with_capacity(rows.len());
         for (next, (at, bytes)) in (from..).zip(rows) {
             if at as u64 != next {
@@ -633,6 +627,44 @@ impl Store {
             out.push(r);
         }
         Ok(out)
+    }
+
+    /// Stored results of the job from index `from` in input order, gaps and
+    /// all (at most `limit`; one that does not decode ends the list).
+    pub fn results_after(
+        &self,
+        job: i64,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<v1::PuzzleResult>, StoreError> {
+        let rows = self.result_rows(job, from, limit, false)?;
+        Ok(rows
+            .iter()
+            .map_while(|(_, bytes)| v1::PuzzleResult::decode(bytes.as_slice()).ok())
+            .collect())
+    }
+
+    /// The rows behind [`Self::results`]: (index or position, encoded
+    /// result), from `from`, at most `limit`.
+    fn result_rows(
+        &self,
+        job: i64,
+        from: u64,
+        limit: usize,
+        stored_order: bool,
+    ) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
+        let conn = self.conn();
+        let mut q = conn.prepare_cached(if stored_order {
+            "SELECT pos, result FROM results WHERE job = ?1 AND pos >= ?2 AND pos IS NOT NULL ORDER BY pos LIMIT ?3"
+        } else {
+            "SELECT idx, result FROM results WHERE job = ?1 AND idx >= ?2 ORDER BY idx LIMIT ?3"
+        })?;
+        let rows = q
+            .query_map(params![job, from as i64, limit as i64], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
     }
 }
 
@@ -701,7 +733,10 @@ mod tests {
             .unwrap();
         // A repeat is ignored and takes no place in the order.
         let rest: Vec<_> = [1, 5, 0, 3, 2].iter().map(|&i| (job, solved(i))).collect();
-        assert_eq!(s.put_results(&rest).unwrap(), 4);
+        assert_eq!(
+            s.put_results(&rest).unwrap(),
+            [false, true, true, true, true]
+        );
         let read = |from| -> Vec<u64> {
             s.results(job, from, 100, true)
                 .unwrap()
@@ -775,9 +810,13 @@ mod tests {
         assert_eq!(
             s.put_results(&[(job, solved(0)), (job, solved(1)), (job, solved(3))])
                 .unwrap(),
-            3
+            [true; 3]
         );
-        assert_eq!(s.put_results(&[(job, solved(1))]).unwrap(), 0, "kept once");
+        assert_eq!(
+            s.put_results(&[(job, solved(1))]).unwrap(),
+            [false],
+            "kept once"
+        );
         // One group over two jobs, an error among them and a repeat: each
         // job counts its own new results once.
         let other = s.create("carol", "", 3, JobFlags::default(), 1).unwrap();
@@ -790,7 +829,7 @@ mod tests {
             (other, failed),
             (other, solved(2)),
         ];
-        assert_eq!(s.put_results(&group).unwrap(), 3);
+        assert_eq!(s.put_results(&group).unwrap(), [true, false, true, true]);
         let row = s.job(other).unwrap().unwrap();
         assert_eq!((row.solved, row.errors), (2, 1));
         s.delete(other).unwrap();

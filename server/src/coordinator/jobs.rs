@@ -9,7 +9,10 @@
 //! puzzles costs the coordinator one window in memory, and it shares the
 //! workers with other clients like any request. Results go to the store
 //! through one writer task that groups them (one transaction per group);
-//! `Results` streams only what is stored. After a restart, unfinished jobs
+//! `Results` streams only what is stored. A follower of a running job in
+//! input order takes each stored group from the writer ([`Run`]'s live
+//! channel) instead of reading back what was just written, and reads the
+//! store only for what it may have missed. After a restart, unfinished jobs
 //! are taken up again and only puzzles without a stored result are solved.
 
 use std::collections::BTreeMap;
@@ -20,7 +23,7 @@ use std::time::Duration;
 use colball_proto::puzzle_from_wire;
 use colball_proto::v1::jobs_server::Jobs;
 use colball_proto::v1::{self, submit_request};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
@@ -38,13 +41,30 @@ pub const WINDOW: usize = 8192;
 /// Results the writer puts in one transaction at most.
 const GROUP: usize = 4096;
 
-/// A job being run: how to stop it, and how many of its results are
-/// stored (for `Results` followers).
+/// A job being run: how to stop it, how many of its results are stored,
+/// and the results themselves as each group is stored (for `Results`
+/// followers).
 #[derive(Debug)]
 pub struct Run {
     cancel: CancellationToken,
     stored: watch::Sender<u64>,
+    live: broadcast::Sender<Live>,
 }
+
+/// One stored group's new results of one job, as the writer stored them.
+/// A follower that keeps up takes its results from here rather than reading
+/// back from the store what was just written.
+type Live = Arc<Vec<v1::PuzzleResult>>;
+
+/// Groups a follower may fall behind the writer before it reads the store
+/// instead.
+const LIVE_GROUPS: usize = 64;
+
+/// Results ahead of the next one due that a follower keeps from the live
+/// groups (a slow puzzle holds the rest back); beyond, it reads the store
+/// once the slow one is in. Two windows: a job's results come a window at
+/// a time, so a follower that keeps up never holds more than one.
+const EARLY: usize = 2 * WINDOW;
 
 /// What the writer is sent: a job's result to store.
 pub type ToWrite = (i64, v1::PuzzleResult);
@@ -112,7 +132,8 @@ pub async fn writer(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<ToWrite
             Err(e) => (Err(e), Vec::new()),
         };
         match outcome {
-            Ok(_) => {
+            Ok(new) => {
+                live(&shared, batch, &new);
                 for (job, n) in counts {
                     stored(&shared, job, n);
                 }
@@ -134,12 +155,44 @@ pub async fn writer(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<ToWrite
                 for (job, results) in by_job {
                     let n = results.len() as u64;
                     let store = shared.store.clone();
-                    match blocking(move || store.put_results(&results)).await {
-                        Ok(_) => stored(&shared, job, n),
-                        Err(e) => not_stored(&shared, job, &e).await,
+                    let written =
+                        blocking(move || Ok((store.put_results(&results), results))).await;
+                    match written {
+                        Ok((Ok(new), results)) => {
+                            live(&shared, results, &new);
+                            stored(&shared, job, n);
+                        }
+                        Ok((Err(e), _)) | Err(e) => not_stored(&shared, job, &e).await,
                     }
                 }
             }
+        }
+    }
+}
+
+/// Hands the results of a stored group that were new (`new[i]` for
+/// `written[i]`) to the followers of their jobs, a group per job; nothing
+/// is built for a job nobody follows.
+fn live(shared: &Shared, written: Vec<ToWrite>, new: &[bool]) {
+    // `None` for a job nobody follows.
+    let mut by_job: BTreeMap<i64, Option<Vec<v1::PuzzleResult>>> = BTreeMap::new();
+    for ((job, result), _) in written.into_iter().zip(new).filter(|(_, new)| **new) {
+        let group = by_job.entry(job).or_insert_with(|| {
+            let followed = shared
+                .runs
+                .get(&job)
+                .is_some_and(|run| run.live.receiver_count() > 0);
+            followed.then(Vec::new)
+        });
+        if let Some(group) = group {
+            group.push(result);
+        }
+    }
+    for (job, results) in by_job {
+        let Some(results) = results else { continue };
+        if let Some(run) = shared.runs.get(&job) {
+            // No receiver left is not an error.
+            let _ = run.live.send(Arc::new(results));
         }
     }
 }
@@ -224,6 +277,7 @@ fn start(shared: &Arc<Shared>, seq: i64, stored: u64) {
     let run = Run {
         cancel: CancellationToken::new(),
         stored: watch::channel(stored).0,
+        live: broadcast::channel(LIVE_GROUPS).0,
     };
     let cancel = run.cancel.clone();
     shared.runs.insert(seq, run);
@@ -486,6 +540,89 @@ pub async fn submit_job(
     Ok(row)
 }
 
+/// Results read from the store at a time by a follower's scan.
+const SCAN: usize = 1024;
+
+/// What a follower of a running job in input order holds beyond the next
+/// result due: results that came ahead of it (from the writer's groups or
+/// the store), at most `cap` of them, and where the store may hold
+/// results that it has not seen (stored before it subscribed, missed, or
+/// let go when full).
+#[derive(Clone, Debug)]
+struct Ahead {
+    next: u64,
+    early: BTreeMap<u64, v1::PuzzleResult>,
+    scan: Option<u64>,
+    cap: usize,
+}
+
+impl Ahead {
+    /// From `next`, just subscribed: what is already stored is scanned.
+    fn new(next: u64, cap: usize) -> Ahead {
+        Ahead {
+            next,
+            early: BTreeMap::new(),
+            scan: Some(next),
+            cap,
+        }
+    }
+
+    /// The next result due, if it is here.
+    fn pop(&mut self) -> Option<v1::PuzzleResult> {
+        let r = self.early.remove(&self.next)?;
+        self.next += 1;
+        Some(r)
+    }
+
+    /// Where to read the store from now, if it should be read: while there
+    /// is room for what a read brings, or when the read would start at the
+    /// next result due (which makes room for itself).
+    fn scan_from(&self) -> Option<u64> {
+        self.scan
+            .filter(|&at| self.early.len() < self.cap || at <= self.next)
+            .map(|at| at.max(self.next))
+    }
+
+    /// What a read from [`Self::scan_from`] found, in index order, at most
+    /// `limit`: fewer means nothing more is stored beyond.
+    fn scanned(&mut self, found: Vec<v1::PuzzleResult>, limit: usize) {
+        self.scan = (found.len() == limit)
+            .then(|| found.last().map(|r| r.index + 1))
+            .flatten();
+        for r in found {
+            self.keep(r);
+        }
+    }
+
+    /// A group the writer stored.
+    fn group(&mut self, results: &[v1::PuzzleResult]) {
+        for r in results {
+            self.keep(r.clone());
+        }
+    }
+
+    /// Keeps a result ahead (once). Past the room, the furthest one waits
+    /// in the store, to be read once there is room (`next`, the nearest,
+    /// always stays).
+    fn keep(&mut self, r: v1::PuzzleResult) {
+        if r.index < self.next {
+            return;
+        }
+        self.early.entry(r.index).or_insert(r);
+        if self.early.len() > self.cap {
+            if let Some((far, _)) = self.early.pop_last() {
+                self.scan = Some(self.scan.map_or(far, |at| at.min(far)));
+            }
+        }
+    }
+
+    /// Groups may have gone by unseen (lagged, or a long quiet): the store
+    /// is read again from the next result due.
+    fn missed(&mut self) {
+        self.scan = Some(self.next);
+    }
+}
+
 /// Streams a job's stored results in order from `from`; with `follow`,
 /// waits for each until the last (see `Results`).
 pub fn results_of(
@@ -505,7 +642,53 @@ pub fn results_of(
         // When the last read caught up with a store that is filling
         // (under load, just after a write), the next one gathers first.
         let mut caught_up_at = None;
+        // Following a running job in input order: the writer's groups as
+        // they are stored, and what is ahead of the next result due.
+        let mut live: Option<(broadcast::Receiver<Live>, Ahead)> = None;
         loop {
+            if let Some((receiver, ahead)) = live.as_mut() {
+                while let Some(r) = ahead.pop() {
+                    if tx.send(Ok(r)).await.is_err() {
+                        return;
+                    }
+                }
+                next = ahead.next;
+                if next >= row.puzzles {
+                    return;
+                }
+                if let Some(from) = ahead.scan_from() {
+                    let store = shared.store.clone();
+                    match blocking(move || store.results_after(seq, from, SCAN)).await {
+                        Ok(found) => ahead.scanned(found, SCAN),
+                        Err(e) => {
+                            let _ = tx.send(Err(Status::from(e))).await;
+                            return;
+                        }
+                    }
+                    continue;
+                }
+                let mut ended_run = false;
+                tokio::select! {
+                    group = receiver.recv() => match group {
+                        Ok(group) => ahead.group(&group),
+                        Err(broadcast::error::RecvError::Lagged(_)) => ahead.missed(),
+                        // The run ended (done, cancelled or failed): what
+                        // is left is read from the store.
+                        Err(broadcast::error::RecvError::Closed) => ended_run = true,
+                    },
+                    // Should a group go astray, the store has it.
+                    () = tokio::time::sleep(Duration::from_millis(500)) => ahead.missed(),
+                    () = tx.closed() => return,
+                    () = shared.shutdown.cancelled() => {
+                        let _ = tx.send(Err(Status::unavailable("the coordinator is shutting down; ask again from the last index read"))).await;
+                        return;
+                    }
+                }
+                if ended_run {
+                    live = None;
+                }
+                continue;
+            }
             coalesce(caught_up_at).await;
             let read_at = tokio::time::Instant::now();
             let store = shared.store.clone();
@@ -533,6 +716,14 @@ pub fn results_of(
             }
             if ended || !follow || next >= row.puzzles {
                 return;
+            }
+            // Follow the writer's groups from here (input order only);
+            // what was stored before the subscription is scanned once.
+            if !any_order {
+                if let Some(run) = shared.runs.get(&seq) {
+                    live = Some((run.live.subscribe(), Ahead::new(next, EARLY)));
+                    continue;
+                }
             }
             // Wait for more to be stored (or the job to end).
             let stored = shared.runs.get(&seq).map(|r| r.stored.subscribe());
@@ -715,4 +906,132 @@ pub fn open_store(
     limit: Option<u64>,
 ) -> Result<Arc<Store>, StoreError> {
     Store::open(dir, limit.map(|l| l.saturating_mul(2))).map(Arc::new)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn result(index: u64) -> v1::PuzzleResult {
+        v1::PuzzleResult {
+            index,
+            ..v1::PuzzleResult::default()
+        }
+    }
+
+    /// One step of a job's life as a follower sees it.
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// The writer stores the results of these (not yet stored) picks,
+        /// and the group reaches the follower or is lost (lag, reported).
+        Store { picks: Vec<usize>, delivered: bool },
+        /// The follower passes on what is due.
+        Pop,
+        /// The follower reads the store, if it wants to.
+        Scan,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (proptest::collection::vec(0usize..1000, 1..12), proptest::bool::weighted(0.8))
+                .prop_map(|(picks, delivered)| Op::Store { picks, delivered }),
+            2 => Just(Op::Pop),
+            2 => Just(Op::Scan),
+        ]
+    }
+
+    /// The follower's steps until it can take none: pass on, then read.
+    fn settle(ahead: &mut Ahead, stored: &BTreeSet<u64>, limit: usize, emitted: &mut Vec<u64>) {
+        loop {
+            while let Some(r) = ahead.pop() {
+                emitted.push(r.index);
+            }
+            let Some(from) = ahead.scan_from() else {
+                return;
+            };
+            let found = stored
+                .range(from..)
+                .take(limit)
+                .map(|&i| result(i))
+                .collect();
+            ahead.scanned(found, limit);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// Whatever the order results are stored in, groups lost or not,
+        /// and however small the room ahead: the follower passes on every
+        /// result once, in input order, holds at most its room, and never
+        /// waits for a result already stored (no timer needed).
+        #[test]
+        fn a_follower_passes_on_every_stored_result_once_in_order(
+            total in 1u64..60,
+            before in proptest::collection::vec(0usize..1000, 0..20),
+            ops in proptest::collection::vec(op(), 0..60),
+            cap in 1usize..8,
+            limit in 1usize..6,
+        ) {
+            let mut stored = BTreeSet::new();
+            let mut unstored: Vec<u64> = (0..total).collect();
+            let mut take = |picks: &[usize], stored: &mut BTreeSet<u64>| -> Vec<u64> {
+                let mut group = Vec::new();
+                for &p in picks {
+                    if unstored.is_empty() {
+                        break;
+                    }
+                    let i = unstored.remove(p % unstored.len());
+                    stored.insert(i);
+                    group.push(i);
+                }
+                group
+            };
+            // Stored before the follower subscribed.
+            take(&before, &mut stored);
+            let mut ahead = Ahead::new(0, cap);
+            let mut emitted = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Store { picks, delivered } => {
+                        let group: Vec<_> = take(&picks, &mut stored).into_iter().map(result).collect();
+                        if delivered {
+                            ahead.group(&group);
+                        } else {
+                            ahead.missed();
+                        }
+                    }
+                    Op::Pop => {
+                        while let Some(r) = ahead.pop() {
+                            emitted.push(r.index);
+                        }
+                    }
+                    Op::Scan => {
+                        if let Some(from) = ahead.scan_from() {
+                            let found = stored.range(from..).take(limit).map(|&i| result(i)).collect();
+                            ahead.scanned(found, limit);
+                        }
+                    }
+                }
+                prop_assert!(ahead.early.len() <= cap, "{} held ahead", ahead.early.len());
+                prop_assert_eq!(ahead.next, emitted.len() as u64);
+                prop_assert!(emitted.iter().enumerate().all(|(i, &e)| e == i as u64 && stored.contains(&e)));
+                // Nothing stored and due would wait, were the follower to
+                // settle now (on a copy: the run goes on unsettled).
+                let mut probe = Vec::new();
+                settle(&mut ahead.clone(), &stored, limit, &mut probe);
+                let due = (emitted.len() as u64..).take_while(|i| stored.contains(i)).count();
+                prop_assert_eq!(probe.len(), due, "stored results left waiting");
+            }
+            // The rest, stored in one group that arrives.
+            let rest: Vec<_> = take(&[0; 1000], &mut stored).into_iter().map(result).collect();
+            ahead.group(&rest);
+            settle(&mut ahead, &stored, limit, &mut emitted);
+            prop_assert_eq!(emitted, (0..total).collect::<Vec<_>>());
+        }
+    }
 }
