@@ -24,7 +24,6 @@
 #![allow(clippy::unwrap_used)] // a benchmark: a failed unwrap is a failed run
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,7 +43,7 @@ mod common;
 #[path = "../tests/common/procs.rs"]
 mod procs;
 
-use common::{batch, count_all, cpu_seconds, env};
+use common::{batch, count_all, cpu_seconds, env, server_bin};
 
 const BIN: &str = env!("CARGO_BIN_EXE_colball-server");
 
@@ -199,10 +198,7 @@ fn coordinator(extra: &[&str]) -> procs::Coordinator {
         .into_iter()
         .chain(extra.iter().copied())
         .collect();
-    // `COLBALL_SERVER` names another build to measure (an older commit's,
-    // side by side with this one).
-    let bin = std::env::var_os("COLBALL_SERVER").map_or_else(|| BIN.into(), PathBuf::from);
-    procs::coordinator_beating(&bin, "127.0.0.1:0", 1000, &args)
+    procs::coordinator_beating(&server_bin(BIN), "127.0.0.1:0", 1000, &args)
 }
 
 /// Sends `puzzles` over `clients` connections in `SolveBatch` requests of

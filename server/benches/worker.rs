@@ -20,7 +20,6 @@
 
 #![allow(clippy::unwrap_used)] // a benchmark: a failed unwrap is a failed run
 
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
@@ -40,7 +39,7 @@ mod common;
 #[path = "../tests/common/procs.rs"]
 mod procs;
 
-use common::{batch, cpu_seconds, env};
+use common::{batch, cpu_seconds, env, server_bin, thread_cpu_seconds};
 
 const BIN: &str = env!("CARGO_BIN_EXE_colball-server");
 
@@ -155,21 +154,11 @@ fn search_seconds(warm: &[Puzzle], puzzles: &[Puzzle]) -> f64 {
     for p in warm {
         std::hint::black_box(solver.solve(p));
     }
-    let began = thread_cpu();
+    let began = thread_cpu_seconds();
     for p in puzzles {
         std::hint::black_box(solver.solve(p));
     }
-    thread_cpu() - began
-}
-
-/// This thread's CPU time so far, in seconds.
-fn thread_cpu() -> f64 {
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
-    // The fields after the command's closing parenthesis: utime is the
-    // 12th of them, stime the 13th, in clock ticks (100 a second).
-    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    ticks / 100.0
+    thread_cpu_seconds() - began
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 1)]
@@ -198,10 +187,7 @@ async fn main() {
             )
             .serve_with_incoming(TcpListenerStream::new(listener)),
     );
-    // `COLBALL_SERVER` names another build to measure (an older commit's,
-    // side by side with this one).
-    let bin = std::env::var_os("COLBALL_SERVER").map_or_else(|| BIN.into(), PathBuf::from);
-    let worker = procs::worker(&bin, &url, "bench", procs::Stderr::Quiet, &[]);
+    let worker = procs::worker(&server_bin(BIN), &url, "bench", procs::Stderr::Quiet, &[]);
     println!(
         "colball worker bench: one worker process (1 solver thread) fed by a stand-in coordinator on loopback, {held} tasks held, {count} puzzles a size\n"
     );

@@ -47,7 +47,19 @@ pub async fn count_all<T, E: std::fmt::Debug>(stream: impl Stream<Item = Result<
 /// CPU seconds (user + system) the process `pid` has used.
 #[allow(dead_code)] // each bench includes this module; not all of them use it
 pub fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    stat_cpu_seconds(&format!("/proc/{pid}/stat"))
+}
+
+/// CPU seconds (user + system) the calling thread has used.
+#[allow(dead_code)] // each bench includes this module; not all of them use it
+pub fn thread_cpu_seconds() -> f64 {
+    stat_cpu_seconds("/proc/thread-self/stat")
+}
+
+/// User + system time from a `/proc` stat file, in seconds.
+#[allow(dead_code)]
+fn stat_cpu_seconds(path: &str) -> f64 {
+    let stat = std::fs::read_to_string(path).unwrap();
     // The fields after the command name (which is in parentheses).
     let fields: Vec<&str> = stat
         .rsplit_once(')')
@@ -57,6 +69,14 @@ pub fn cpu_seconds(pid: u32) -> f64 {
         .collect();
     let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
     ticks / clock_ticks()
+}
+
+/// The colball-server binary to measure: `built` (this build's), or the
+/// one `COLBALL_SERVER` names (another commit's, for a ratio measured side
+/// by side).
+#[allow(dead_code)] // each bench includes this module; not all of them use it
+pub fn server_bin(built: &str) -> std::path::PathBuf {
+    std::env::var_os("COLBALL_SERVER").map_or_else(|| built.into(), Into::into)
 }
 
 #[allow(dead_code)]

@@ -540,8 +540,14 @@ pub async fn submit_job(
     Ok(row)
 }
 
-/// Results read from the store at a time by a follower's scan.
-const SCAN: usize = 1024;
+/// Results a follower reads from the store at a time (in order, or in a
+/// scan past gaps).
+const READ: usize = 1024;
+
+/// What a follower's stream ends with when the coordinator shuts down.
+fn shutdown_status() -> Status {
+    Status::unavailable("the coordinator is shutting down; ask again from the last index read")
+}
 
 /// What a follower of a running job in input order holds beyond the next
 /// result due: results that came ahead of it (from the writer's groups or
@@ -658,8 +664,8 @@ pub fn results_of(
                 }
                 if let Some(from) = ahead.scan_from() {
                     let store = shared.store.clone();
-                    match blocking(move || store.results_after(seq, from, SCAN)).await {
-                        Ok(found) => ahead.scanned(found, SCAN),
+                    match blocking(move || store.results_after(seq, from, READ)).await {
+                        Ok(found) => ahead.scanned(found, READ),
                         Err(e) => {
                             let _ = tx.send(Err(Status::from(e))).await;
                             return;
@@ -680,7 +686,7 @@ pub fn results_of(
                     () = tokio::time::sleep(Duration::from_millis(500)) => ahead.missed(),
                     () = tx.closed() => return,
                     () = shared.shutdown.cancelled() => {
-                        let _ = tx.send(Err(Status::unavailable("the coordinator is shutting down; ask again from the last index read"))).await;
+                        let _ = tx.send(Err(shutdown_status())).await;
                         return;
                     }
                 }
@@ -694,7 +700,7 @@ pub fn results_of(
             let store = shared.store.clone();
             let from = next;
             let any_order = row.any_order;
-            let batch = match blocking(move || store.results(seq, from, 1024, any_order)).await {
+            let batch = match blocking(move || store.results(seq, from, READ, any_order)).await {
                 Ok(b) => b,
                 Err(e) => {
                     let _ = tx.send(Err(Status::from(e))).await;
@@ -704,7 +710,7 @@ pub fn results_of(
             let got = batch.len();
             // Results came, but fewer than asked: they are streaming in.
             // (After an empty read the next result is read at once.)
-            caught_up_at = (got > 0 && got < 1024).then_some(read_at);
+            caught_up_at = (got > 0 && got < READ).then_some(read_at);
             for r in batch {
                 if tx.send(Ok(r)).await.is_err() {
                     return;
@@ -750,7 +756,7 @@ pub fn results_of(
                 () = tokio::time::sleep(Duration::from_millis(500)) => {}
                 () = tx.closed() => return,
                 () = shared.shutdown.cancelled() => {
-                    let _ = tx.send(Err(Status::unavailable("the coordinator is shutting down; ask again from the last index read"))).await;
+                    let _ = tx.send(Err(shutdown_status())).await;
                     return;
                 }
             }
