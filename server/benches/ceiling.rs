@@ -14,7 +14,9 @@
 //! Then the memory a queued puzzle costs: one session that takes its
 //! credit's worth of tasks and answers none, and `QUEUED` (default
 //! 1,000,000) puzzles admitted behind it, unread; the coordinator's
-//! resident set before and after, per puzzle.
+//! resident set before and after, per puzzle, and the growth over the
+//! second half alone (what a queued puzzle adds, without the pages the
+//! allocator keeps from decoding the requests).
 //!
 //! Sessions share TCP connections, 50 to a connection (HTTP/2 streams), so
 //! 1,000 sessions need 20 connections. `COLBALL_SERVER=PATH` measures
@@ -273,13 +275,31 @@ async fn main() {
     let queue = Arc::new(batch(7, three, queued));
     let mut held = Vec::new();
     let mut client = Client::connect(&c.url).await.unwrap();
-    for chunk in queue.chunks(REQUEST_CHUNK) {
+    // Half, then the rest: the second half's growth is what a queued
+    // puzzle costs beyond what any traffic costs (the allocator keeps the
+    // pages that decoding a request used, and reuses them for the next).
+    let half = (queued / 2).next_multiple_of(REQUEST_CHUNK).min(queued);
+    let mut rss_half = 0;
+    for (n, chunk) in queue.chunks(REQUEST_CHUNK).enumerate() {
         // Admitted and left unread: every task waits in the queue.
         held.push(client.solve_stream(chunk, false).await.unwrap());
+        if (n + 1) * REQUEST_CHUNK == half {
+            procs::wait_metric(&c.http, "queued", |q| q as usize + 4096 >= half).await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            rss_half = c.proc.memory_kib().unwrap().1;
+        }
     }
     procs::wait_metric(&c.http, "queued", |q| q as usize + 4096 >= queued).await;
     println!();
     report_memory(&c, rss_before, queued, "").await;
+    if rss_half > 0 && half < queued {
+        let rss_all = c.proc.memory_kib().unwrap().1;
+        println!(
+            "  of which the second {} puzzles: {:.0} bytes per queued puzzle",
+            queued - half,
+            rss_all.saturating_sub(rss_half) as f64 * 1024.0 / (queued - half) as f64
+        );
+    }
     stop.cancel();
     drop(held);
 

@@ -77,8 +77,8 @@ struct CoordinatorArgs {
     #[arg(long, default_value_t = 64)]
     max_batches_per_client: usize,
     /// Times one puzzle is dispatched (after lost workers) before it gets an
-    /// error result.
-    #[arg(long, default_value_t = 3)]
+    /// error result (1 to 65535).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=65535))]
     max_attempts: u32,
     /// How often workers must send a heartbeat, in milliseconds; a worker
     /// silent for three intervals is declared lost and its puzzles go to

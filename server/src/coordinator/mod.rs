@@ -28,6 +28,7 @@ pub mod jobs;
 pub mod per_client;
 pub mod policy;
 pub mod state;
+mod tasks;
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -165,7 +166,7 @@ impl Config {
     fn limits(&self) -> Limits {
         Limits {
             max_pending: self.max_pending,
-            max_attempts: self.max_attempts.max(1),
+            max_attempts: self.max_attempts.clamp(1, state::MAX_ATTEMPTS),
             credit: Credit::new(self.credit_per_slot.max(1)),
             max_chunk: self.max_chunk.max(1),
             max_unread: self.max_unread.max(1),

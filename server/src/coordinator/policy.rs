@@ -114,6 +114,14 @@ impl FairQueue {
         );
     }
 
+    /// Makes room for `additional` more tasks of `request` (so a large
+    /// request's queue takes what it needs, not up to twice that).
+    pub fn reserve(&mut self, request: u64, additional: usize) {
+        if let Some(q) = self.requests.get_mut(&request) {
+            q.tasks.reserve_exact(additional);
+        }
+    }
+
     /// Queues a new task of `request` behind its others.
     pub fn push(&mut self, request: u64, task: u64) {
         let Some(q) = self.requests.get_mut(&request) else {

@@ -33,6 +33,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
+use std::num::NonZeroU64;
 use std::time::{Duration, Instant};
 
 use colball_proto::v1::{self, cluster_event::Kind as EventKind, puzzle_result, task_result};
@@ -41,10 +42,12 @@ use colball_solver::verify::{MAX_PATH_MOVES, Rejection, check_indices};
 use colball_solver::{MoveTable, Puzzle, Size};
 // The books are hashed with foldhash: several times faster than SipHash on
 // these small keys, and randomly seeded per process.
+use ecow::EcoString;
 use foldhash::{HashMap, HashMapExt, HashSet};
 use thin_vec::ThinVec;
 
 use super::policy::{Credit, Depths, FairQueue, Priority, TargetShare, weight};
+use super::tasks::{Led, TaskTable};
 use crate::cache::Answer;
 use crate::error::ServerError;
 
@@ -257,12 +260,16 @@ pub enum Effect {
 /// Effects in the order they arose.
 pub type Effects = Vec<Effect>;
 
+/// The most `max_attempts` can be (a task counts its attempts in 16 bits).
+pub const MAX_ATTEMPTS: u32 = u16::MAX as u32;
+
 /// Limits and policies the state applies.
 #[derive(Clone, Debug)]
 pub struct Limits {
     /// Most results admitted and not yet read by their clients.
     pub max_pending: usize,
-    /// Dispatches of one puzzle before it gets an error result.
+    /// Dispatches of one puzzle before it gets an error result (1 to
+    /// [`MAX_ATTEMPTS`]).
     pub max_attempts: u32,
     pub credit: Credit,
     /// Most tasks in one assignment message.
@@ -376,22 +383,39 @@ pub struct Snapshot {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TaskState {
     Queued,
-    Assigned { worker: u64, attempt: u32 },
+    /// (Worker ids are never 0: the driver counts them from 1, and a
+    /// worker 0 would be given nothing. So the state takes one word.)
+    Assigned {
+        worker: NonZeroU64,
+    },
 }
 
 #[derive(Debug)]
 struct Task {
     request: u64,
     index: u64,
-    id: Box<str>,
+    /// The client's id (inline up to 15 bytes).
+    id: EcoString,
     puzzle: Puzzle,
-    /// Dispatches that count against `max_attempts`.
-    attempts: u32,
+    /// Dispatches that count against `max_attempts` (at most
+    /// [`MAX_ATTEMPTS`]).
+    attempts: u16,
     state: TaskState,
     /// Later occurrences of the same puzzle, in this request or others.
     /// (A thin vector: one word in every task, as most have none.)
     followers: ThinVec<Follower>,
-    target_share: u32,
+    /// How many tasks of its request share its target (a hint for the
+    /// worker's table decision; saturated).
+    target_share: u16,
+}
+
+// What a queued puzzle costs: see PERFORMANCE.md's memory figures.
+const _: () = assert!(size_of::<Task>() == 64);
+
+impl Led for Task {
+    fn puzzle(&self) -> &Puzzle {
+        &self.puzzle
+    }
 }
 
 /// An occurrence of a pending task's puzzle that waits for its result.
@@ -399,7 +423,7 @@ struct Task {
 struct Follower {
     request: u64,
     index: u64,
-    id: Box<str>,
+    id: EcoString,
 }
 
 /// A verified answer being re-solved on another worker.
@@ -426,8 +450,6 @@ struct Request {
     sent: usize,
     /// Results still to deliver (0 once failed).
     remaining: usize,
-    /// The tasks it leads.
-    tasks: Vec<u64>,
     held: bool,
 }
 
@@ -492,11 +514,12 @@ struct WorkerKey {
 #[derive(Debug)]
 pub struct State {
     limits: Limits,
-    next_task: u64,
+    /// The last audit's id (audits count from 1; task ids, from the task
+    /// table, are 2^32 and above).
+    next_audit: u64,
     queue: FairQueue,
-    tasks: HashMap<u64, Task>,
-    /// The pending task of each puzzle.
-    leaders: HashMap<Puzzle, u64>,
+    /// The pending tasks, one per puzzle, and the task of each puzzle.
+    tasks: TaskTable<Task>,
     requests: HashMap<u64, Request>,
     workers: BTreeMap<u64, Worker>,
     audits: HashMap<u64, Audit>,
@@ -516,10 +539,9 @@ impl State {
     pub fn new(limits: Limits, now: Instant) -> State {
         State {
             limits,
-            next_task: 1,
+            next_audit: 0,
             queue: FairQueue::new(),
-            tasks: HashMap::new(),
-            leaders: HashMap::new(),
+            tasks: TaskTable::new(),
             requests: HashMap::new(),
             workers: BTreeMap::new(),
             audits: HashMap::new(),
@@ -537,10 +559,14 @@ impl State {
         &self.limits
     }
 
-    fn fresh_task(&mut self) -> u64 {
-        let id = self.next_task;
-        self.next_task += 1;
-        id
+    fn fresh_audit(&mut self) -> u64 {
+        self.next_audit += 1;
+        self.next_audit
+    }
+
+    /// Whether a task for `puzzle` is pending (queued or on a worker).
+    pub fn is_pending(&self, puzzle: &Puzzle) -> bool {
+        self.tasks.leader(puzzle).is_some()
     }
 
     pub fn worker_count(&self) -> usize {
@@ -621,43 +647,37 @@ impl State {
             self.workers.len(),
         );
         self.queue.open(id, &spec.client, spec.priority);
+        self.queue.reserve(id, tasks.len());
         let total = spec.total.max(tasks.len());
-        let mut request = Request {
+        let request = Request {
             total,
             delivered: total - tasks.len(),
             received: 0,
             sent: 0,
             remaining: tasks.len(),
-            tasks: Vec::new(),
             held: false,
         };
         for t in tasks {
-            let leader = self.leaders.get(&t.puzzle);
+            let leader = self.tasks.leader(&t.puzzle);
             if let Some(task) = leader.and_then(|l| self.tasks.get_mut(l)) {
                 task.followers.push(Follower {
                     request: id,
                     index: t.index,
-                    id: t.id.into_boxed_str(),
+                    id: EcoString::from(t.id.as_str()),
                 });
                 continue;
             }
-            let task_id = self.fresh_task();
-            self.leaders.insert(t.puzzle, task_id);
-            self.tasks.insert(
-                task_id,
-                Task {
-                    request: id,
-                    index: t.index,
-                    id: t.id.into_boxed_str(),
-                    target_share: u32::try_from(share.hint(&t.puzzle.target())).unwrap_or(u32::MAX),
-                    puzzle: t.puzzle,
-                    attempts: 0,
-                    state: TaskState::Queued,
-                    followers: ThinVec::new(),
-                },
-            );
+            let task_id = self.tasks.insert(Task {
+                request: id,
+                index: t.index,
+                id: EcoString::from(t.id.as_str()),
+                target_share: u16::try_from(share.hint(&t.puzzle.target())).unwrap_or(u16::MAX),
+                puzzle: t.puzzle,
+                attempts: 0,
+                state: TaskState::Queued,
+                followers: ThinVec::new(),
+            });
             self.queue.push(id, task_id);
-            request.tasks.push(task_id);
         }
         self.requests.insert(id, request);
         self.update_hold(id);
@@ -704,13 +724,14 @@ impl State {
     /// tasks comes back when they report.
     pub fn end_request(&mut self, request: u64, now: Instant) -> Effects {
         let mut effects = Vec::new();
-        let Some(r) = self.requests.remove(&request) else {
+        if self.requests.remove(&request).is_none() {
             return effects;
-        };
-        let queued: HashSet<u64> = self.queue.close(request).into_iter().collect();
+        }
+        let (queued, running) = self.close_tasks(request);
+        let queued_set: HashSet<u64> = queued.iter().copied().collect();
         let mut cancels: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
-        for id in r.tasks {
-            let Some(task) = self.tasks.get_mut(&id) else {
+        for id in queued.into_iter().chain(running) {
+            let Some(task) = self.tasks.get_mut(id) else {
                 continue;
             };
             let requests = &self.requests;
@@ -720,19 +741,16 @@ impl State {
                 // follower takes the task over.
                 let heir = task.followers.remove(0);
                 (task.request, task.index, task.id) = (heir.request, heir.index, heir.id);
-                if let Some(h) = self.requests.get_mut(&heir.request) {
-                    h.tasks.push(id);
-                }
-                if queued.contains(&id) {
+                if queued_set.contains(&id) {
                     self.queue.push_retry(heir.request, id);
                 }
                 continue;
             }
             let Some(task) = self.take(id) else { continue };
             self.counters.cancelled += 1;
-            if let TaskState::Assigned { worker, .. } = task.state {
-                self.release(worker, id);
-                cancels.entry(worker).or_default().push(id);
+            if let TaskState::Assigned { worker } = task.state {
+                self.release(worker.get(), id);
+                cancels.entry(worker.get()).or_default().push(id);
             }
         }
         for (worker, tasks) in cancels {
@@ -916,17 +934,17 @@ impl State {
     /// attempts fails instead. Returns true when it was queued again.
     fn requeue(&mut self, id: u64, count: bool, effects: &mut Effects) -> bool {
         let max = self.limits.max_attempts;
-        let Some(task) = self.tasks.get_mut(&id) else {
+        let Some(task) = self.tasks.get_mut(id) else {
             return false;
         };
-        let TaskState::Assigned { attempt, .. } = task.state else {
+        let TaskState::Assigned { .. } = task.state else {
             return false;
         };
         if !count {
-            task.attempts = attempt.saturating_sub(1);
+            task.attempts = task.attempts.saturating_sub(1);
         }
         task.state = TaskState::Queued;
-        if task.attempts >= max {
+        if u32::from(task.attempts) >= max {
             let attempts = task.attempts;
             if let Some(task) = self.take(id) {
                 self.counters.failed += 1;
@@ -1007,7 +1025,7 @@ impl State {
         now: Instant,
         effects: &mut Effects,
     ) {
-        let Some(task) = self.tasks.get(&task_id) else {
+        let Some(task) = self.tasks.get(task_id) else {
             return;
         };
         match outcome {
@@ -1076,7 +1094,7 @@ impl State {
                     };
                     for f in task.followers {
                         let result = v1::PuzzleResult {
-                            id: f.id.into_string(),
+                            id: String::from(f.id),
                             index: f.index,
                             outcome: Some(puzzle_result::Outcome::Solved(copy.clone())),
                         };
@@ -1084,7 +1102,7 @@ impl State {
                     }
                 }
                 let result = v1::PuzzleResult {
-                    id: task.id.into_string(),
+                    id: String::from(task.id),
                     index: task.index,
                     outcome: Some(puzzle_result::Outcome::Solved(solved)),
                 };
@@ -1124,7 +1142,7 @@ impl State {
             self.counters.audits_skipped += 1;
             return;
         }
-        let id = self.fresh_task();
+        let id = self.fresh_audit();
         self.audits.insert(
             id,
             Audit {
@@ -1305,11 +1323,11 @@ impl State {
             return;
         };
         r.remaining = 0;
-        let tasks = std::mem::take(&mut r.tasks);
-        self.queue.close(id);
-        for t in tasks {
+        let (queued, running) = self.close_tasks(id);
+        for t in queued.into_iter().chain(running) {
             if let Some(task) = self.take(t) {
-                if let TaskState::Assigned { worker, .. } = task.state {
+                if let TaskState::Assigned { worker } = task.state {
+                    let worker = worker.get();
                     self.release(worker, t);
                     effects.push(Effect::Cancel {
                         worker,
@@ -1322,7 +1340,7 @@ impl State {
                     if f.request != id {
                         let message =
                             format!("puzzle {:?}: {}", f.id, ServerError::from(failure.clone()));
-                        let result = v1::PuzzleResult::failed(f.id.into_string(), f.index, message);
+                        let result = v1::PuzzleResult::failed(String::from(f.id), f.index, message);
                         self.deliver(f.request, result, effects);
                     }
                 }
@@ -1346,7 +1364,6 @@ impl State {
         }
         self.requests.clear();
         self.tasks.clear();
-        self.leaders.clear();
         self.queue = FairQueue::new();
         self.audits.clear();
         self.audit_queue.clear();
@@ -1370,13 +1387,28 @@ impl State {
         self.deliver(task.request, result, effects);
     }
 
+    /// Takes a request's queued tasks out of the queue and returns them (in
+    /// queue order) with the tasks it leads that workers hold. (Every task
+    /// is one or the other, so the request needs no list of its own.)
+    fn close_tasks(&mut self, request: u64) -> (Vec<u64>, Vec<u64>) {
+        let queued = self.queue.close(request);
+        let tasks = &self.tasks;
+        let running = self
+            .workers
+            .values()
+            .flat_map(|w| w.in_flight.iter())
+            .filter(|(_, held)| held.holds == Holds::Task)
+            .map(|(&id, _)| id)
+            .filter(|&id| tasks.get(id).is_some_and(|t| t.request == request));
+        let mut running: Vec<u64> = running.collect();
+        // (The workers' books are hashed: an order that does not vary.)
+        running.sort_unstable();
+        (queued, running)
+    }
+
     /// Removes a task that is done (or no longer wanted).
     fn take(&mut self, id: u64) -> Option<Task> {
-        let task = self.tasks.remove(&id)?;
-        if self.leaders.get(&task.puzzle) == Some(&id) {
-            self.leaders.remove(&task.puzzle);
-        }
-        Some(task)
+        self.tasks.remove(id)
     }
 
     /// Marks a task a worker holds as no longer wanted: its slot stays
@@ -1482,13 +1514,11 @@ impl State {
             let task = task_to_wire(id, &audit.puzzle, 0);
             return Some((id, task, Holds::Audit));
         }
+        let worker = NonZeroU64::new(wid)?;
         let id = self.queue.pop()?;
-        let task = self.tasks.get_mut(&id)?;
-        task.attempts += 1;
-        task.state = TaskState::Assigned {
-            worker: wid,
-            attempt: task.attempts,
-        };
+        let task = self.tasks.get_mut(id)?;
+        task.attempts = task.attempts.saturating_add(1);
+        task.state = TaskState::Assigned { worker };
         Some((
             id,
             task_to_wire(id, &task.puzzle, u64::from(task.target_share)),
@@ -1515,22 +1545,23 @@ impl State {
             assert!(seen.insert(*id), "task {id} queued twice");
             let task = self
                 .tasks
-                .get(id)
+                .get(*id)
                 .unwrap_or_else(|| panic!("queued task {id} unknown"));
             assert_eq!(task.state, TaskState::Queued, "task {id}");
         }
-        for (id, task) in &self.tasks {
+        assert_eq!(self.tasks.leaders(), self.tasks.len(), "leaders");
+        for (id, task) in self.tasks.iter() {
             match task.state {
                 TaskState::Queued => {
-                    assert!(seen.contains(id), "queued task {id} not in the queue")
+                    assert!(seen.contains(&id), "queued task {id} not in the queue")
                 }
-                TaskState::Assigned { worker, .. } => {
+                TaskState::Assigned { worker } => {
                     let w = self
                         .workers
-                        .get(&worker)
+                        .get(&worker.get())
                         .unwrap_or_else(|| panic!("task {id} on unknown worker"));
                     assert_eq!(
-                        w.in_flight.get(id).map(|h| h.holds),
+                        w.in_flight.get(&id).map(|h| h.holds),
                         Some(Holds::Task),
                         "task {id}"
                     );
@@ -1540,7 +1571,7 @@ impl State {
                 self.requests.contains_key(&task.request),
                 "task {id} of an ended request"
             );
-            assert!(task.attempts <= self.limits.max_attempts);
+            assert!(u32::from(task.attempts) <= self.limits.max_attempts);
         }
         for (wid, w) in &self.workers {
             let max_weight = Size::ALL.into_iter().map(weight).max().unwrap_or(1);
@@ -1558,14 +1589,14 @@ impl State {
             for (id, held) in &w.in_flight {
                 match &held.holds {
                     Holds::Task => assert!(
-                        matches!(self.tasks.get(id).map(|t| t.state), Some(TaskState::Assigned { worker, .. }) if worker == *wid),
+                        matches!(self.tasks.get(*id).map(|t| t.state), Some(TaskState::Assigned { worker }) if worker.get() == *wid),
                         "worker {wid} holds task {id} not assigned to it"
                     ),
                     Holds::Audit => {
                         assert_eq!(self.audits.get(id).and_then(|a| a.worker), Some(*wid))
                     }
-                    Holds::Released => assert!(!self.tasks.get(id).is_some_and(
-                        |t| matches!(t.state, TaskState::Assigned { worker, .. } if worker == *wid)
+                    Holds::Released => assert!(!self.tasks.get(*id).is_some_and(
+                        |t| matches!(t.state, TaskState::Assigned { worker } if worker.get() == *wid)
                     )),
                 }
             }
@@ -2563,7 +2594,7 @@ mod tests {
                         // through the state (tasks and audits).
                         let puzzle = s
                             .tasks
-                            .get(&task_id)
+                            .get(task_id)
                             .map(|t| t.puzzle)
                             .or_else(|| s.audits.get(&task_id).map(|a| a.puzzle))
                             .or_else(|| puzzles_of.get(&task_id).copied());
@@ -2669,7 +2700,7 @@ mod tests {
                         .map(|task_id| {
                             let puzzle = s
                                 .tasks
-                                .get(&task_id)
+                                .get(task_id)
                                 .map(|t| t.puzzle)
                                 .or_else(|| s.audits.get(&task_id).map(|a| a.puzzle));
                             let outcome = match puzzle {
@@ -2711,12 +2742,12 @@ mod tests {
             }
             assert!(s.requests.is_empty());
             assert!(
-                s.tasks.is_empty(),
+                s.tasks.len() == 0,
                 "tasks left: {:?}",
-                s.tasks.keys().collect::<Vec<_>>()
+                s.tasks.iter().map(|(id, _)| id).collect::<Vec<_>>()
             );
             assert!(s.queue.is_empty());
-            assert!(s.leaders.is_empty());
+            assert_eq!(s.tasks.leaders(), 0);
         }
 
         fn check_world(s: &State, w: &World) {
