@@ -339,21 +339,34 @@ impl Follower<'_> {
             fail_without_workers: true,
             any_order: false,
         };
-        // Whether the coordinator answers at all: a failure here is not a
-        // break to ride out but a wrong URL, port or scheme.
-        if let Err(e) = self.jobs.probe().await {
-            return Err(match Break::from(e) {
-                Break::Gone(reason) => {
-                    self.connection_lost(reason + remote::connect_hint(self.url), Duration::ZERO)
+        // Whether the coordinator answers at all: a failure of the probe is
+        // not a break to ride out but a wrong URL, port or scheme. It runs
+        // beside the first submission (one round trip, not two); only when
+        // that submission fails too does the probe's answer decide.
+        let mut probe = self.jobs.clone();
+        let (probed, first) = tokio::join!(
+            probe.probe(),
+            self.jobs.submit_with(self.puzzles, options.clone())
+        );
+        if first.is_err() {
+            if let Err(e) = probed {
+                return Err(match Break::from(e) {
+                    Break::Gone(reason) => self
+                        .connection_lost(reason + remote::connect_hint(self.url), Duration::ZERO),
+                    Break::Fatal(e) => e,
                 }
-                Break::Fatal(e) => e,
+                .into());
             }
-            .into());
         }
         // Submit; a submission cut short was not acknowledged, and is made
         // again in full.
+        let mut first = Some(first);
         let (id, durable) = loop {
-            match self.jobs.submit_with(self.puzzles, options.clone()).await {
+            let submitted = match first.take() {
+                Some(outcome) => outcome,
+                None => self.jobs.submit_with(self.puzzles, options.clone()).await,
+            };
+            match submitted {
                 Ok(accepted) => break (accepted.id, accepted.durable),
                 Err(e) => match Break::from(e) {
                     Break::Gone(reason) => self.reconnect(reason, notice).await?,

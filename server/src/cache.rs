@@ -79,6 +79,22 @@ impl ResultCache {
         found
     }
 
+    /// Whether the cache keeps anything (a capacity above 0).
+    pub fn is_on(&self) -> bool {
+        self.capacity > 0
+    }
+
+    /// A second look for a puzzle whose first look ([`Self::get`]) missed:
+    /// a hit turns that miss into a hit; a miss counts nothing again.
+    pub fn recheck(&self, puzzle: &Puzzle) -> Option<Answer> {
+        let found = self.map.get(puzzle).map(|a| a.clone());
+        if found.is_some() {
+            self.hits.fetch_add(1, Relaxed);
+            self.misses.fetch_sub(1, Relaxed);
+        }
+        found
+    }
+
     /// Lookups that found an answer, and lookups that did not.
     pub fn counts(&self) -> (u64, u64) {
         (self.hits.load(Relaxed), self.misses.load(Relaxed))

@@ -434,11 +434,16 @@ async fn run_window(
         priority,
         total: n,
     };
-    let mut stream = shared.admit_request(spec, to_solve).map_err(|e| {
+    let (mut stream, late) = shared.admit_request(spec, to_solve).map_err(|e| {
         tracing::warn!(error = %e, "job window not admitted");
         Status::from(e)
     })?;
-    let mut got = 0;
+    let mut got = late.len();
+    stream.sent(late.len());
+    events.results(&late);
+    for result in late {
+        let _ = shared.writer.send((job, result));
+    }
     let mut arrived = Vec::new();
     let mut results = Vec::new();
     while got < n {
@@ -717,10 +722,15 @@ pub fn results_of(
                 }
             }
             next += got as u64;
+            // Every result read: the stream ends now, not after one more
+            // (gathering) read.
+            if next >= row.puzzles {
+                return;
+            }
             if got > 0 {
                 continue;
             }
-            if ended || !follow || next >= row.puzzles {
+            if ended || !follow {
                 return;
             }
             // Follow the writer's groups from here (input order only);

@@ -272,6 +272,21 @@ impl Shared {
         let (value, effects, workers) = {
             let mut state = self.state();
             let (value, effects) = op(&mut state);
+            // Answers reach the cache before the lock is let go: a puzzle
+            // is then always pending, cached or not yet seen by the state,
+            // and an admission that finds it neither pending nor cached
+            // under the lock knows it is not solved (`admit_request`).
+            // (Collected in place: the vector is reused.)
+            let effects: Effects = effects
+                .into_iter()
+                .filter_map(|effect| match effect {
+                    Effect::Cache { puzzle, answer } => {
+                        self.cache.insert(puzzle, answer);
+                        None
+                    }
+                    other => Some(other),
+                })
+                .collect();
             (value, effects, state.worker_count())
         };
         self.apply(effects);
@@ -318,6 +333,8 @@ impl Shared {
                     }
                     self.events.publish(kind);
                 }
+                // (`run` applies these under the lock; any other caller's
+                // here.)
                 Effect::Cache { puzzle, answer } => self.cache.insert(puzzle, answer),
                 Effect::Evict { worker } => {
                     let n = self.cache.evict_worker(&worker);
@@ -711,33 +728,57 @@ struct Admitted {
 
 impl Shared {
     /// Admits a request into the state: its results arrive on the stream
-    /// returned (which ends the request when dropped).
+    /// returned (which ends the request when dropped), except those of
+    /// tasks solved since the caller looked in the result cache, which are
+    /// returned beside it (counted as received).
     fn admit_request(
         self: &Arc<Self>,
         spec: RequestSpec,
-        tasks: Vec<NewTask>,
-    ) -> Result<RequestStream, ServerError> {
+        mut tasks: Vec<NewTask>,
+    ) -> Result<(RequestStream, Vec<v1::PuzzleResult>), ServerError> {
         let id = self.fresh_id();
         let (tx, rx) = mpsc::unbounded_channel();
         // The outbox exists before the state can deliver to it.
         self.outboxes.insert(id, tx);
-        let admitted = self.run(|s| match s.admit(id, spec, tasks, Instant::now()) {
-            Ok(effects) => (Ok(()), effects),
-            Err(e) => (Err(e), Vec::new()),
+        let cache = &self.cache;
+        let admitted = self.run(|s| {
+            // A puzzle solved between the caller's look in the cache and
+            // this lock is in the cache now (see `run`): solve it once.
+            let mut late = Vec::new();
+            if cache.is_on() {
+                tasks.retain(|t| {
+                    if s.is_pending(&t.puzzle) {
+                        return true;
+                    }
+                    let Some(answer) = cache.recheck(&t.puzzle) else {
+                        return true;
+                    };
+                    late.push(answer.to_result(t.id.clone(), t.index));
+                    false
+                });
+            }
+            match s.admit(id, spec, tasks, Instant::now()) {
+                Ok(effects) => (Ok(late), effects),
+                Err(e) => (Err(e), Vec::new()),
+            }
         });
-        if let Err(e) = admitted {
-            self.outboxes.remove(&id);
-            return Err(e);
-        }
-        Ok(RequestStream {
+        let late = match admitted {
+            Ok(late) => late,
+            Err(e) => {
+                self.outboxes.remove(&id);
+                return Err(e);
+            }
+        };
+        let stream = RequestStream {
             shared: self.clone(),
             id,
             rx,
             buffer: Default::default(),
-            received: 0,
+            received: late.len(),
             sent: 0,
             acked: (0, 0),
-        })
+        };
+        Ok((stream, late))
     }
 }
 
@@ -792,8 +833,9 @@ impl SolverService {
             priority: caller.priority,
             total,
         };
-        let mut stream = shared.admit_request(spec, tasks)?;
-        stream.received = ready.len();
+        let (mut stream, late) = shared.admit_request(spec, tasks)?;
+        stream.received += ready.len();
+        ready.extend(late);
         Ok(Admitted {
             ready,
             stream,
