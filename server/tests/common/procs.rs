@@ -164,6 +164,19 @@ pub enum Stderr {
 
 /// Starts a one-thread worker named `name` dialling `url`.
 pub fn worker(bin: &Path, url: &str, name: &str, stderr: Stderr, extra: &[&str]) -> Proc {
+    worker_threads(bin, url, name, stderr, 1, extra)
+}
+
+/// [`worker`] with `threads` solver threads.
+pub fn worker_threads(
+    bin: &Path,
+    url: &str,
+    name: &str,
+    stderr: Stderr,
+    threads: usize,
+    extra: &[&str],
+) -> Proc {
+    let threads = threads.to_string();
     let log = if stderr == Stderr::Quiet {
         "error"
     } else {
@@ -175,7 +188,7 @@ pub fn worker(bin: &Path, url: &str, name: &str, stderr: Stderr, extra: &[&str])
         "--coordinator",
         url,
         "--threads",
-        "1",
+        &threads,
         "--name",
         name,
     ])
