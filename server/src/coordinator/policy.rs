@@ -137,6 +137,10 @@ impl FairQueue {
     /// was admitted long ago and its result is counted already).
     pub fn push_retry(&mut self, request: u64, task: u64) {
         let Some(q) = self.requests.get(&request) else {
+            debug_assert!(
+                false,
+                "a retry for request {request}, whose queue is closed"
+            );
             return;
         };
         let class = &mut self.classes[q.priority as usize];

@@ -536,7 +536,8 @@ pub struct State {
 }
 
 impl State {
-    pub fn new(limits: Limits, now: Instant) -> State {
+    pub fn new(mut limits: Limits, now: Instant) -> State {
+        limits.max_attempts = limits.max_attempts.clamp(1, MAX_ATTEMPTS);
         State {
             limits,
             next_audit: 0,
@@ -724,18 +725,21 @@ impl State {
     /// tasks comes back when they report.
     pub fn end_request(&mut self, request: u64, now: Instant) -> Effects {
         let mut effects = Vec::new();
-        if self.requests.remove(&request).is_none() {
+        let Some(r) = self.requests.remove(&request) else {
             return effects;
-        }
-        let (queued, running) = self.close_tasks(request);
+        };
+        let (queued, running) = self.close_tasks(request, r.remaining > 0);
         let queued_set: HashSet<u64> = queued.iter().copied().collect();
         let mut cancels: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
         for id in queued.into_iter().chain(running) {
             let Some(task) = self.tasks.get_mut(id) else {
                 continue;
             };
+            // A follower whose request has ended or failed (its queue is
+            // closed) cannot take the task over.
             let requests = &self.requests;
-            task.followers.retain(|f| requests.contains_key(&f.request));
+            task.followers
+                .retain(|f| requests.get(&f.request).is_some_and(|r| r.remaining > 0));
             if !task.followers.is_empty() {
                 // Another request waits for this puzzle: its first
                 // follower takes the task over.
@@ -871,7 +875,10 @@ impl State {
         }
         let (mut redispatched, mut failed) = (0, 0);
         let mut ids: Vec<(u64, Holds)> = w.in_flight.iter().map(|(&id, h)| (id, h.holds)).collect();
-        ids.sort_unstable_by_key(|(id, _)| *id);
+        // Back to the queue in the order the requests gave them (the books
+        // are hashed; task ids are slots, not ages).
+        let tasks = &self.tasks;
+        ids.sort_unstable_by_key(|&(id, _)| (tasks.get(id).map(|t| (t.request, t.index)), id));
         for (id, holds) in ids {
             match holds {
                 Holds::Released => {}
@@ -1322,8 +1329,9 @@ impl State {
         let Some(r) = self.requests.get_mut(&id) else {
             return;
         };
+        let leads = r.remaining > 0;
         r.remaining = 0;
-        let (queued, running) = self.close_tasks(id);
+        let (queued, running) = self.close_tasks(id, leads);
         for t in queued.into_iter().chain(running) {
             if let Some(task) = self.take(t) {
                 if let TaskState::Assigned { worker } = task.state {
@@ -1388,10 +1396,15 @@ impl State {
     }
 
     /// Takes a request's queued tasks out of the queue and returns them (in
-    /// queue order) with the tasks it leads that workers hold. (Every task
-    /// is one or the other, so the request needs no list of its own.)
-    fn close_tasks(&mut self, request: u64) -> (Vec<u64>, Vec<u64>) {
+    /// queue order) with the tasks it leads that workers hold, in input
+    /// order. (Every task is one or the other, so the request needs no list
+    /// of its own.) Workers are searched only if the request `leads`
+    /// anything: one with no result left to deliver leads no task.
+    fn close_tasks(&mut self, request: u64, leads: bool) -> (Vec<u64>, Vec<u64>) {
         let queued = self.queue.close(request);
+        if !leads {
+            return (queued, Vec::new());
+        }
         let tasks = &self.tasks;
         let running = self
             .workers
@@ -1402,7 +1415,7 @@ impl State {
             .filter(|&id| tasks.get(id).is_some_and(|t| t.request == request));
         let mut running: Vec<u64> = running.collect();
         // (The workers' books are hashed: an order that does not vary.)
-        running.sort_unstable();
+        running.sort_unstable_by_key(|&id| (tasks.get(id).map(|t| t.index), id));
         (queued, running)
     }
 
@@ -1551,6 +1564,11 @@ impl State {
         }
         assert_eq!(self.tasks.leaders(), self.tasks.len(), "leaders");
         for (id, task) in self.tasks.iter() {
+            assert_eq!(
+                self.tasks.leader(&task.puzzle),
+                Some(id),
+                "leader of task {id}"
+            );
             match task.state {
                 TaskState::Queued => {
                     assert!(seen.contains(&id), "queued task {id} not in the queue")
