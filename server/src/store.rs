@@ -418,13 +418,19 @@ impl Store {
         Ok(())
     }
 
-    /// Every puzzle has arrived: the job is acknowledged and queued (or
-    /// done at once when every puzzle was invalid).
+    /// Every puzzle has arrived: the job is acknowledged and running (its
+    /// run started with its first chunk), or done when every puzzle has a
+    /// result already (all invalid, or all solved during the upload), or
+    /// failed if its run failed meanwhile.
     pub fn seal(&self, job: i64, now_ms: i64) -> Result<JobRow, StoreError> {
         let conn = self.conn();
         conn.execute(
-            "UPDATE jobs SET state = CASE WHEN errors = puzzles THEN 3 ELSE 1 END,
-                finished_ms = CASE WHEN errors = puzzles THEN ?2 ELSE 0 END WHERE seq = ?1",
+            "UPDATE jobs SET
+                finished_ms = CASE WHEN state = 5 THEN finished_ms
+                    WHEN solved + errors >= puzzles THEN ?2 ELSE 0 END,
+                state = CASE WHEN state = 5 THEN 5
+                    WHEN solved + errors >= puzzles THEN 3 ELSE 2 END
+             WHERE seq = ?1",
             params![job, now_ms],
         )?;
         drop(conn);
@@ -795,7 +801,7 @@ mod tests {
         // An unacknowledged job is not listed.
         assert!(s.list("alice").unwrap().is_empty());
         let row = s.seal(job, 2).unwrap();
-        assert_eq!((row.state, row.puzzles), (JobState::Queued, 10));
+        assert_eq!((row.state, row.puzzles), (JobState::Running, 10));
         let pending = s.pending(job, None, 4).unwrap();
         assert_eq!(
             pending.iter().map(|p| p.0).collect::<Vec<_>>(),

@@ -580,6 +580,12 @@ impl BatchEvents {
         }
     }
 
+    /// Counts `more` puzzles into the batch (a job's chunks that arrived
+    /// after it was announced); its progress and end report the new total.
+    pub fn grow(&mut self, more: u64) {
+        self.total += more;
+    }
+
     /// Reports one result (and progress at every tenth of the batch).
     pub fn result(&mut self, result: &v1::PuzzleResult) {
         self.results(std::slice::from_ref(result));

@@ -14,6 +14,12 @@
 //! channel) instead of reading back what was just written, and reads the
 //! store only for what it may have missed. After a restart, unfinished jobs
 //! are taken up again and only puzzles without a stored result are solved.
+//!
+//! A job runs while it is uploaded: its run starts once its first chunk is
+//! stored and follows the chunks as they come ([`Run`]'s upload channel),
+//! so the workers solve while the rest of a large job is still arriving.
+//! The job is acknowledged (and readable) once every puzzle is stored; an
+//! upload that fails stops the run and deletes the job and its results.
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -49,6 +55,17 @@ pub struct Run {
     cancel: CancellationToken,
     stored: watch::Sender<u64>,
     live: broadcast::Sender<Live>,
+    upload: watch::Sender<Upload>,
+}
+
+/// How far a job's upload is: its puzzles stored so far, of which how many
+/// are valid (the others were stored with their error result), and
+/// whether every puzzle has arrived (the job is sealed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Upload {
+    puzzles: u64,
+    valid: u64,
+    sealed: bool,
 }
 
 /// One stored group's new results of one job, as the writer stored them.
@@ -265,19 +282,26 @@ pub async fn resume(shared: Arc<Shared>) {
                 tracing::info!(jobs = rows.len(), "taking up unfinished jobs");
             }
             for row in rows {
-                start(&shared, row.seq, row.solved + row.errors);
+                let upload = Upload {
+                    puzzles: row.puzzles,
+                    valid: row.puzzles,
+                    sealed: true,
+                };
+                start(&shared, row.seq, row.solved + row.errors, upload);
             }
         }
         Err(e) => tracing::error!(error = %e, "cannot read unfinished jobs"),
     }
 }
 
-/// Starts running job `seq`, of which `stored` results are stored.
-fn start(shared: &Arc<Shared>, seq: i64, stored: u64) {
+/// Starts running job `seq`, of which `stored` results are stored and
+/// `upload` puzzles.
+fn start(shared: &Arc<Shared>, seq: i64, stored: u64, upload: Upload) {
     let run = Run {
         cancel: CancellationToken::new(),
         stored: watch::channel(stored).0,
         live: broadcast::channel(LIVE_GROUPS).0,
+        upload: watch::channel(upload).0,
     };
     let cancel = run.cancel.clone();
     shared.runs.insert(seq, run);
@@ -299,7 +323,8 @@ async fn feed(shared: Arc<Shared>, seq: i64, cancel: CancellationToken) {
         return;
     };
     let priority = Priority::from_wire(row.priority, Priority::Bulk).unwrap_or(Priority::Bulk);
-    {
+    if row.state != JobState::Receiving {
+        // A job still arriving becomes RUNNING when it is sealed.
         let store = store.clone();
         let _ = blocking(move || store.set_state(seq, JobState::Running, "", 0)).await;
     }
@@ -326,16 +351,22 @@ async fn run_job(
     let seq = row.seq;
     let store = shared.store.clone();
     let stopped = || "cancelled or stopped".to_string();
-    let Some(mut stored) = shared.runs.get(&seq).map(|r| r.stored.subscribe()) else {
+    let Some((mut stored, mut upload)) = shared
+        .runs
+        .get(&seq)
+        .map(|r| (r.stored.subscribe(), r.upload.subscribe()))
+    else {
         return stopped();
     };
+    // The valid puzzles the watchers have been told of.
+    let mut announced = upload.borrow().valid;
     let mut after: Option<u64> = None;
     // Results handed to the writer (and stored before this run): the
     // next window waits until all but one window of them are stored, so a
     // store slower than the workers holds back the job instead of
     // queueing its results in memory.
     let mut fed = row.solved + row.errors;
-    loop {
+    let total = loop {
         if cancel.is_cancelled() || shared.shutting_down() {
             return stopped();
         }
@@ -343,6 +374,11 @@ async fn run_job(
             _ = stored.wait_for(|n| *n + WINDOW as u64 >= fed) => {}
             () = cancel.cancelled() => return stopped(),
         }
+        // What has arrived before this read: a chunk stored after it wakes
+        // the wait below.
+        let arrived = *upload.borrow_and_update();
+        events.grow(arrived.valid.saturating_sub(announced));
+        announced = announced.max(arrived.valid);
         let window = {
             let store = store.clone();
             blocking(move || store.pending(seq, after, WINDOW)).await
@@ -355,7 +391,15 @@ async fn run_job(
             }
         };
         let Some(last) = window.last().map(|w| w.0) else {
-            break;
+            if arrived.sealed {
+                break arrived.puzzles;
+            }
+            // Everything stored so far is fed: wait for the next chunk.
+            tokio::select! {
+                changed = upload.changed() => if changed.is_err() { return stopped() },
+                () = cancel.cancelled() => return stopped(),
+            }
+            continue;
         };
         let tasks: Vec<NewTask> = window
             .into_iter()
@@ -369,6 +413,7 @@ async fn run_job(
             }
             Err(status)
                 if row.fail_fast
+                    && arrived.sealed
                     && status.code() == tonic::Code::Unavailable
                     && !shared.shutting_down() =>
             {
@@ -379,19 +424,21 @@ async fn run_job(
             Err(_) => {
                 // No worker (or shutting down, or no room): wait for a
                 // worker and retry the window; a job is not given up for
-                // lack of workers unless it asked to be.
+                // lack of workers unless it asked to be, and not before it
+                // is acknowledged (then the window is tried again, and
+                // fails as it asked).
                 let mut workers = shared.workers.subscribe();
                 tokio::select! {
                     _ = workers.wait_for(|n| *n > 0) => {}
+                    _ = upload.wait_for(|u| u.sealed), if !arrived.sealed => {}
                     () = cancel.cancelled() => return stopped(),
                     () = shared.shutdown.cancelled() => return stopped(),
                 }
             }
         }
-    }
+    };
     // Every puzzle was admitted and answered; wait until the last results
     // are stored, then the job is done.
-    let total = row.puzzles;
     tokio::select! {
         _ = stored.wait_for(|n| *n >= total) => {}
         () = cancel.cancelled() => return stopped(),
@@ -501,11 +548,21 @@ pub async fn submit_job(
     let seq =
         blocking(move || store.create(&owner, &name, wire_priority, flags, events::unix_ms()))
             .await?;
+    let mut unsealed = Unsealed {
+        shared: shared.clone(),
+        seq,
+        sealed: false,
+    };
     let limit = shared.config.max_job_puzzles;
-    let mut count: u64 = 0;
+    let mut upload = Upload {
+        puzzles: 0,
+        valid: 0,
+        sealed: false,
+    };
     let outcome: Result<(), Status> = async {
         while let Some(chunk) = chunks.next().await {
             let chunk = chunk?;
+            let count = upload.puzzles;
             if count as usize + chunk.len() > limit {
                 return Err(Status::resource_exhausted(format!(
                     "the job holds more than {limit} puzzles, the limit per job (--max-job-puzzles); split it"
@@ -520,29 +577,79 @@ pub async fn submit_job(
                 })
                 .collect();
             let n = entries.len() as u64;
+            let valid = entries
+                .iter()
+                .filter(|e| matches!(e, Entry::Puzzle { .. }))
+                .count() as u64;
             check_room(shared).await?;
             let store = shared.store.clone();
-            let first = count;
-            blocking(move || store.add(seq, first, &entries)).await?;
-            count += n;
+            blocking(move || store.add(seq, count, &entries)).await?;
+            upload.puzzles += n;
+            upload.valid += valid;
+            if count == 0 {
+                // The run starts with the first chunk.
+                start(shared, seq, n - valid, upload);
+            } else if let Some(run) = shared.runs.get(&seq) {
+                run.upload.send_replace(upload);
+                // Invalid puzzles' error results are stored already.
+                run.stored.send_modify(|stored| *stored += n - valid);
+            }
         }
-        if count == 0 {
+        if upload.puzzles == 0 {
             return Err(Status::invalid_argument("field puzzles: the job holds no puzzle"));
         }
         Ok(())
     }
     .await;
-    let store = shared.store.clone();
     if let Err(status) = outcome {
+        unsealed.abandon();
+        let store = shared.store.clone();
         let _ = blocking(move || store.delete(seq)).await;
         return Err(status);
     }
+    let store = shared.store.clone();
     let row = blocking(move || store.seal(seq, events::unix_ms())).await?;
-    tracing::info!(job = %row.id(), puzzles = count, client, %priority, "job accepted");
-    if row.state == JobState::Queued {
-        start(shared, seq, row.solved + row.errors);
+    unsealed.sealed = true;
+    tracing::info!(job = %row.id(), puzzles = upload.puzzles, client, %priority, "job accepted");
+    if let Some(run) = shared.runs.get(&seq) {
+        upload.sealed = true;
+        run.upload.send_replace(upload);
     }
     Ok(row)
+}
+
+/// A job whose upload is under way. If the upload ends without sealing it
+/// (an error, or the submission's future dropped because the client went
+/// away mid-upload), its run is stopped and, for a dropped upload, the job
+/// deleted: nothing of an unacknowledged job is kept, or solved on.
+struct Unsealed {
+    shared: Arc<Shared>,
+    seq: i64,
+    sealed: bool,
+}
+
+impl Unsealed {
+    /// Stops the job's run (the caller deletes the job).
+    fn abandon(&mut self) {
+        self.sealed = true;
+        if let Some((_, run)) = self.shared.runs.remove(&self.seq) {
+            run.cancel.cancel();
+        }
+    }
+}
+
+impl Drop for Unsealed {
+    fn drop(&mut self) {
+        if self.sealed {
+            return;
+        }
+        self.abandon();
+        let (store, seq) = (self.shared.store.clone(), self.seq);
+        tracing::info!(job = %store.job_id(seq), "submission cut short; its puzzles are dropped");
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(blocking(move || store.delete(seq)));
+        }
+    }
 }
 
 /// Results a follower reads from the store at a time (in order, or in a

@@ -483,3 +483,154 @@ async fn a_two_million_puzzle_job_costs_the_coordinator_a_bounded_window() {
     drop(c);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A raw submission whose chunks the test sends one by one: the options
+/// go first; the call runs in a task so it can be cut short.
+fn submission(
+    url: &str,
+) -> (
+    tokio::sync::mpsc::Sender<v1::SubmitRequest>,
+    tokio::task::JoinHandle<Result<v1::JobAccepted, tonic::Status>>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.try_send(v1::SubmitRequest {
+        kind: Some(v1::submit_request::Kind::Options(v1::JobOptions::default())),
+    })
+    .unwrap();
+    let url = url.to_string();
+    let call = tokio::spawn(async move {
+        let mut raw = v1::jobs_client::JobsClient::connect(url).await.unwrap();
+        raw.submit(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+            .map(|r| r.into_inner())
+    });
+    (tx, call)
+}
+
+fn chunk(puzzles: Vec<v1::Puzzle>) -> v1::SubmitRequest {
+    v1::SubmitRequest {
+        kind: Some(v1::submit_request::Kind::Puzzles(v1::PuzzleChunk {
+            puzzles,
+        })),
+    }
+}
+
+fn wire(puzzles: &[(String, colball_solver::Puzzle)]) -> Vec<v1::Puzzle> {
+    puzzles
+        .iter()
+        .map(|(id, p)| colball_proto::puzzle_to_wire(id.clone(), p))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_is_solved_while_the_rest_of_it_is_still_arriving() {
+    let cluster = LocalCluster::start(quick(), 1, 1).await.unwrap();
+    let url = cluster.url();
+    let mut watch = v1::solver_client::SolverClient::connect(url.clone())
+        .await
+        .unwrap()
+        .watch(v1::WatchRequest {
+            from_sequence: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let (puzzles, answers) = mixed(47, 100, 0);
+    let (tx, call) = submission(&url);
+    tx.send(chunk(wire(&puzzles[..60]))).await.unwrap();
+    // The first chunk's puzzles are solved before the upload is over.
+    let mut solved = 0;
+    while solved < 60 {
+        let event = tokio::time::timeout(std::time::Duration::from_secs(10), watch.message())
+            .await
+            .expect("the first chunk is solved during the upload")
+            .unwrap()
+            .unwrap();
+        if let Some(v1::cluster_event::Kind::Result(_)) = event.kind {
+            solved += 1;
+        }
+    }
+    assert!(
+        !call.is_finished(),
+        "the job was acknowledged before its end"
+    );
+    // The rest, with a malformed puzzle among it.
+    let mut rest = wire(&puzzles[60..]);
+    rest.insert(
+        20,
+        v1::Puzzle {
+            id: "bad".into(),
+            start: vec!["RRB".into(), "BG".into()],
+            target: vec!["BR".into(), "GB".into()],
+        },
+    );
+    tx.send(chunk(rest)).await.unwrap();
+    drop(tx);
+    let accepted = call.await.unwrap().unwrap();
+    assert_eq!(accepted.puzzles, 101);
+    let mut jobs = Jobs::connect(&url, &Security::default()).await.unwrap();
+    let results = read(&mut jobs, &accepted.id, 0, true, usize::MAX).await;
+    assert_eq!(results.len(), 101);
+    for r in &results {
+        let at = r.index as usize;
+        match at {
+            80 => assert!(
+                matches!(r.outcome, Some(puzzle_result::Outcome::Error(_))),
+                "{r:?}"
+            ),
+            _ => {
+                let i = if at > 80 { at - 1 } else { at };
+                assert_eq!(
+                    (r.id.as_str(), moves(r)),
+                    (puzzles[i].0.as_str(), answers[i])
+                );
+            }
+        }
+    }
+    let job = jobs.get(&accepted.id).await.unwrap();
+    assert_eq!(job.state, v1::JobState::Done as i32);
+    assert_eq!((job.solved, job.errors, job.remaining), (100, 1, 0));
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submission_cut_short_stops_its_run_and_leaves_nothing() {
+    let dir = std::env::temp_dir().join(format!("colball-jobs-cut-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = Config {
+        data_dir: Some(dir.clone()),
+        ..quick()
+    };
+    let cluster = LocalCluster::start(config, 0, 1).await.unwrap();
+    let url = cluster.url();
+    let mut fake = FakeWorker::join(&url, 2).await.unwrap();
+    let (tx, call) = submission(&url);
+    tx.send(chunk(wire(&four_by_four(11, 20)))).await.unwrap();
+    // The worker is given the job's puzzles while the upload is open.
+    let held = fake.take(4).await;
+    assert_eq!(held.len(), 4);
+    // The client goes away mid-upload.
+    call.abort();
+    let _ = call.await;
+    let cancelled = fake.cancelled().await;
+    assert!(held.iter().any(|t| cancelled.contains(t)), "{cancelled:?}");
+    // The job and its puzzles are deleted, not left to finish unseen.
+    let db = rusqlite::Connection::open(dir.join(colball_server::store::FILE_NAME)).unwrap();
+    let left = || -> (i64, i64) {
+        let count = |table: &str| {
+            db.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+                .unwrap()
+        };
+        (count("jobs"), count("puzzles"))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while left() != (0, 0) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(left(), (0, 0));
+    drop(tx);
+    drop(fake);
+    cluster.shutdown().await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
