@@ -734,7 +734,7 @@ impl Shared {
     fn admit_request(
         self: &Arc<Self>,
         spec: RequestSpec,
-        mut tasks: Vec<NewTask>,
+        tasks: Vec<NewTask>,
     ) -> Result<(RequestStream, Vec<v1::PuzzleResult>), ServerError> {
         let id = self.fresh_id();
         let (tx, rx) = mpsc::unbounded_channel();
@@ -744,21 +744,16 @@ impl Shared {
         let admitted = self.run(|s| {
             // A puzzle solved between the caller's look in the cache and
             // this lock is in the cache now (see `run`): solve it once.
-            let mut late = Vec::new();
-            if cache.is_on() {
-                tasks.retain(|t| {
-                    if s.is_pending(&t.puzzle) {
-                        return true;
-                    }
-                    let Some(answer) = cache.recheck(&t.puzzle) else {
-                        return true;
-                    };
-                    late.push(answer.to_result(t.id.clone(), t.index));
-                    false
-                });
-            }
-            match s.admit(id, spec, tasks, Instant::now()) {
-                Ok(effects) => (Ok(late), effects),
+            let on = cache.is_on();
+            let known = |t: &NewTask| {
+                if !on {
+                    return None;
+                }
+                let answer = cache.recheck(&t.puzzle)?;
+                Some(answer.to_result(t.id.clone(), t.index))
+            };
+            match s.admit_known(id, spec, tasks, Instant::now(), known) {
+                Ok((effects, late)) => (Ok(late), effects),
                 Err(e) => (Err(e), Vec::new()),
             }
         });

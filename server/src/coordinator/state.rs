@@ -566,10 +566,6 @@ impl State {
     }
 
     /// Whether a task for `puzzle` is pending (queued or on a worker).
-    pub fn is_pending(&self, puzzle: &Puzzle) -> bool {
-        self.tasks.leader(puzzle).is_some()
-    }
-
     pub fn worker_count(&self) -> usize {
         self.workers.len()
     }
@@ -631,6 +627,23 @@ impl State {
         tasks: Vec<NewTask>,
         now: Instant,
     ) -> Result<Effects, ServerError> {
+        self.admit_known(id, spec, tasks, now, |_| None)
+            .map(|(effects, _)| effects)
+    }
+
+    /// [`Self::admit`], asking `known` for the result of each task whose
+    /// puzzle is not pending (the driver looks in its result cache again,
+    /// under the lock, for a puzzle solved since its first look). Such
+    /// results are returned beside the effects, for the caller to pass on
+    /// at once, and count as delivered; their puzzles are not solved again.
+    pub fn admit_known(
+        &mut self,
+        id: u64,
+        spec: RequestSpec,
+        tasks: Vec<NewTask>,
+        now: Instant,
+        mut known: impl FnMut(&NewTask) -> Option<v1::PuzzleResult>,
+    ) -> Result<(Effects, Vec<v1::PuzzleResult>), ServerError> {
         let held = self.held();
         if held + spec.total > self.limits.max_pending {
             return Err(ServerError::Overloaded {
@@ -650,7 +663,7 @@ impl State {
         self.queue.open(id, &spec.client, spec.priority);
         self.queue.reserve(id, tasks.len());
         let total = spec.total.max(tasks.len());
-        let request = Request {
+        let mut request = Request {
             total,
             delivered: total - tasks.len(),
             received: 0,
@@ -658,6 +671,7 @@ impl State {
             remaining: tasks.len(),
             held: false,
         };
+        let mut late = Vec::new();
         for t in tasks {
             let leader = self.tasks.leader(&t.puzzle);
             if let Some(task) = leader.and_then(|l| self.tasks.get_mut(l)) {
@@ -666,6 +680,10 @@ impl State {
                     index: t.index,
                     id: EcoString::from(t.id.as_str()),
                 });
+                continue;
+            }
+            if let Some(result) = known(&t) {
+                late.push(result);
                 continue;
             }
             let task_id = self.tasks.insert(Task {
@@ -680,11 +698,13 @@ impl State {
             });
             self.queue.push(id, task_id);
         }
+        request.delivered += late.len();
+        request.remaining -= late.len();
         self.requests.insert(id, request);
         self.update_hold(id);
         let mut effects = Vec::new();
         self.dispatch(now, None, &mut effects);
-        Ok(effects)
+        Ok((effects, late))
     }
 
     /// The request's stream has read `received` results and sent `sent` of
@@ -1624,7 +1644,7 @@ impl State {
                 r.sent <= r.received && r.received <= r.delivered && r.delivered <= r.total,
                 "request {rid}"
             );
-            assert!(r.delivered + r.remaining <= r.total, "request {rid}");
+            assert_eq!(r.delivered + r.remaining, r.total, "request {rid}");
         }
         assert!(self.held() <= self.limits.max_pending);
     }
@@ -2342,6 +2362,9 @@ mod tests {
                 client: u8,
                 priority: u8,
                 first: usize,
+                /// Tasks (bits by position) whose result the driver finds
+                /// under the lock, if their puzzle is not pending.
+                known: u8,
             },
             Register {
                 slots: u32,
@@ -2398,7 +2421,7 @@ mod tests {
 
         fn op() -> impl Strategy<Value = Op> {
             prop_oneof![
-                3 => (1..6usize, 0..3usize, 0..3u8, 0..3u8, 0..12usize).prop_map(|(n, ready, client, priority, first)| Op::Admit { n, ready, client, priority, first }),
+                3 => (1..6usize, 0..3usize, 0..3u8, 0..3u8, 0..12usize, prop_oneof![Just(0u8), any::<u8>()]).prop_map(|(n, ready, client, priority, first, known)| Op::Admit { n, ready, client, priority, first, known }),
                 2 => (0..4u32).prop_map(|slots| Op::Register { slots }),
                 8 => (0..4usize, 0..8usize, how()).prop_map(|(worker, pick, how)| Op::Answer { worker, pick, how }),
                 1 => (0..4usize).prop_map(|worker| Op::Lose { worker }),
@@ -2552,6 +2575,7 @@ mod tests {
                         client,
                         priority,
                         first,
+                        known,
                     } => {
                         let id = w.next_id;
                         w.next_id += 1;
@@ -2571,12 +2595,22 @@ mod tests {
                         for t in &tasks {
                             w.puzzle_at.insert((id, t.index), t.puzzle);
                         }
-                        if let Ok(e) = s.admit(id, spec, tasks, now) {
+                        let lookup = |t: &NewTask| {
+                            let bit = t.index - ready as u64;
+                            (known >> bit & 1 == 1).then(|| v1::PuzzleResult {
+                                index: t.index,
+                                ..v1::PuzzleResult::default()
+                            })
+                        };
+                        if let Ok((e, late)) = s.admit_known(id, spec, tasks, now, lookup) {
                             w.requests.push(id);
                             w.totals.insert(id, total);
                             let m = w.results.entry(id).or_default();
                             for i in 0..ready {
                                 m.insert(i as u64, 1);
+                            }
+                            for r in late {
+                                *m.entry(r.index).or_default() += 1;
                             }
                             w.apply(e);
                         }

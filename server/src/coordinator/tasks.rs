@@ -75,12 +75,9 @@ impl<T: Led> TaskTable<T> {
     /// The task of `puzzle`, if one is pending.
     pub fn leader(&self, puzzle: &Puzzle) -> Option<u64> {
         let slots = &self.slots;
-        let &slot = self.leaders.find(self.hash(puzzle), |&s| {
-            slots[s as usize]
-                .task
-                .as_ref()
-                .is_some_and(|t| t.puzzle() == puzzle)
-        })?;
+        let &slot = self
+            .leaders
+            .find(self.hash(puzzle), |&s| puzzle_at(slots, s) == Some(puzzle))?;
         Some(join(slot, slots[slot as usize].version))
     }
 
@@ -112,10 +109,7 @@ impl<T: Led> TaskTable<T> {
         self.len += 1;
         let (slots, hasher) = (&self.slots, &self.hasher);
         self.leaders.insert_unique(hash, slot, |&s| {
-            slots[s as usize]
-                .task
-                .as_ref()
-                .map_or(0, |t| hasher.hash_one(t.puzzle()))
+            puzzle_at(slots, s).map_or(0, |p| hasher.hash_one(p))
         });
         join(slot, self.slots[slot as usize].version)
     }
@@ -169,6 +163,12 @@ impl<T: Led> TaskTable<T> {
     pub fn leaders(&self) -> usize {
         self.leaders.len()
     }
+}
+
+/// The puzzle of the task in slot `s` (the leaders table holds slot
+/// numbers and reaches puzzles through here).
+fn puzzle_at<T: Led>(slots: &[Slot<T>], s: u32) -> Option<&Puzzle> {
+    slots[s as usize].task.as_ref().map(Led::puzzle)
 }
 
 #[cfg(test)]
