@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Tests deploy/local-cluster.sh with the release binaries (.ci/run runs it):
+# Tests deploy/local-cluster.sh with built binaries (.ci/run runs it with
+# the ones its tests ran):
 #
 #  1. started in the background by a shell that then exits, it stops every
 #     process it started (the ones on its "pids" line, and itself) within
