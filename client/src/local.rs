@@ -74,7 +74,10 @@ pub fn solve_in_order<E>(
         drop(tx);
         let mut pending = BTreeMap::new();
         let mut want = 0;
-        for solved in rx.iter() {
+        // The receiver moves into this loop, so returning drops it: a
+        // worker blocked in `send` on a full channel then gets an error
+        // and ends, and the scope can join them.
+        for solved in rx {
             pending.insert(solved.index, solved);
             while let Some(solved) = pending.remove(&want) {
                 want += 1;
@@ -141,5 +144,30 @@ mod tests {
         });
         assert_eq!(result, Err("closed"));
         assert_eq!(seen, 5);
+    }
+
+    /// A consumer that fails while the workers are blocked on a full
+    /// channel (`colball solve big.in | head`): the batch still ends.
+    #[test]
+    fn a_consumer_failing_on_a_full_channel_does_not_hang_the_batch() {
+        let mut g = Generator::new(5);
+        let threads = 2;
+        // Far more than the channel holds (64 per thread).
+        let puzzles: Vec<_> = (0..threads * 64 * 8)
+            .map(|_| g.uniform(Size::new(2, 2).unwrap()))
+            .collect();
+        let (done, finished) = mpsc::channel();
+        std::thread::spawn(move || {
+            let result = solve_in_order(&puzzles, threads, &engine(), |_| {
+                // Time for the workers to fill the channel and block.
+                std::thread::sleep(Duration::from_millis(300));
+                Err("closed pipe")
+            });
+            let _ = done.send(result);
+        });
+        let result = finished
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the batch hung after its consumer failed");
+        assert_eq!(result, Err("closed pipe"));
     }
 }
