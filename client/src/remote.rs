@@ -155,12 +155,12 @@ impl ClientError {
 /// Whether a status says the connection to the coordinator is gone. A
 /// status tonic made from a transport failure (reset, broken pipe, closed
 /// connection) carries that failure as its `source`; a status the
-/// coordinator sent does not, and of those only UNAVAILABLE "shutting
-/// down" means the coordinator is going away.
+/// coordinator sent does not, and of those only one with the reason
+/// [`SHUTTING_DOWN`](colball_proto::reason::SHUTTING_DOWN) means the
+/// coordinator is going away.
 pub(crate) fn connection_gone(status: &tonic::Status) -> bool {
     use std::error::Error as _;
-    status.source().is_some()
-        || (status.code() == tonic::Code::Unavailable && status.message().contains("shutting down"))
+    status.source().is_some() || colball_proto::reason::is_shutting_down(status)
 }
 
 /// A status code as gRPC names it: `UNAVAILABLE`, `DEADLINE_EXCEEDED`.

@@ -77,6 +77,9 @@ impl From<ServerError> for Status {
             ServerError::DeadlineExceeded => Code::DeadlineExceeded,
             ServerError::VersionMismatch { .. } => Code::FailedPrecondition,
         };
+        if let ServerError::ShuttingDown = e {
+            return colball_proto::reason::shutting_down(e.to_string());
+        }
         Status::new(code, e.to_string())
     }
 }

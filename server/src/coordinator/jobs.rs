@@ -658,7 +658,9 @@ const READ: usize = 1024;
 
 /// What a follower's stream ends with when the coordinator shuts down.
 fn shutdown_status() -> Status {
-    Status::unavailable("the coordinator is shutting down; ask again from the last index read")
+    colball_proto::reason::shutting_down(
+        "the coordinator is shutting down; ask again from the last index read",
+    )
 }
 
 /// What a follower of a running job in input order holds beyond the next

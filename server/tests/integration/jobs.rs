@@ -634,3 +634,56 @@ async fn a_submission_cut_short_stops_its_run_and_leaves_nothing() {
     cluster.shutdown().await;
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A coordinator told to stop ends the streams open on it with a status a
+/// program can tell apart without reading its English: UNAVAILABLE with
+/// the `SHUTTING_DOWN` reason (what `colball solve --connect` rides out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_cut_by_a_shutdown_say_so_by_their_reason() {
+    let cluster = LocalCluster::start(quick(), 0, 1).await.unwrap();
+    let url = cluster.url();
+    // A worker that holds what it is given: both streams stay open.
+    let mut fake = FakeWorker::join(&url, 2).await.unwrap();
+    let mut jobs = Jobs::connect(&url, &Security::default()).await.unwrap();
+    let id = jobs.submit(&four_by_four(3, 4), None, "").await.unwrap().id;
+    let mut results = jobs.results(&id, 0, true).await.unwrap();
+    let mut raw = v1::solver_client::SolverClient::connect(url.clone())
+        .await
+        .unwrap();
+    let batch = v1::SolveBatchRequest {
+        puzzles: four_by_four(4, 4)
+            .iter()
+            .map(|(id, p)| colball_proto::puzzle_to_wire(id.clone(), p))
+            .collect(),
+        ..v1::SolveBatchRequest::default()
+    };
+    let mut solving = raw.solve_batch(batch).await.unwrap().into_inner();
+    assert_eq!(fake.take(4).await.len(), 4);
+    let ends = tokio::spawn(async move {
+        let job_end = loop {
+            match results.next().await {
+                Some(Ok(_)) => {}
+                Some(Err(ClientError::Status(s))) => break Some(s),
+                _ => break None,
+            }
+        };
+        let batch_end = loop {
+            match solving.message().await {
+                Ok(Some(_)) => {}
+                Ok(None) => break None,
+                Err(s) => break Some(s),
+            }
+        };
+        (job_end, batch_end)
+    });
+    cluster.shutdown().await;
+    let (job_end, batch_end) = ends.await.unwrap();
+    for end in [job_end, batch_end] {
+        let status = end.expect("the stream ended with a status");
+        assert!(
+            colball_proto::reason::is_shutting_down(&status),
+            "{status:?}"
+        );
+    }
+    drop(fake);
+}
