@@ -152,7 +152,8 @@ pub fn text(event: &v1::ClusterEvent) -> String {
             };
             match outcome {
                 Some(puzzle_result::Outcome::Solved(s)) if s.cached => {
-                    format!("result batch {} {id}: {} moves (cached)", r.batch, s.moves)
+                    let how = if s.shared { "shared solve" } else { "cached" };
+                    format!("result batch {} {id}: {} moves ({how})", r.batch, s.moves)
                 }
                 Some(puzzle_result::Outcome::Solved(s)) => format!(
                     "result batch {} {id}: {} moves by {} ({}, {} us)",
@@ -222,6 +223,7 @@ pub fn jsonl(event: &v1::ClusterEvent) -> Value {
                         fields["worker"] = json!(s.worker);
                         fields["time_us"] = json!(s.time_us);
                         fields["cached"] = json!(s.cached);
+                        fields["shared"] = json!(s.shared);
                     }
                     Some(puzzle_result::Outcome::Error(e)) => {
                         fields["error"] = json!(e.message);

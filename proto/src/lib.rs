@@ -48,7 +48,7 @@ pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The largest gRPC message, in bytes, that the coordinator, its workers and
 /// its clients send or accept (16 MiB). A larger message is refused with
-/// RESOURCE_EXHAUSTED (tonic's check) before it is decoded, so it bounds the
+/// OUT_OF_RANGE (tonic's check) before it is decoded, so it bounds the
 /// memory one request can take. A batch of 20,000 puzzles with ids of
 /// [`MAX_ID_BYTES`] (the client's request chunk) encodes to about 6.5 MiB.
 pub const MAX_MESSAGE_BYTES: usize = 16 << 20;

@@ -34,6 +34,7 @@ impl Answer {
                 worker: self.worker,
                 time_us: 0,
                 cached: true,
+                shared: false,
             })),
         }
     }

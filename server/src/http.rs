@@ -172,8 +172,9 @@ struct Status {
     answered: u64,
     /// Answers per second over the last five seconds.
     throughput: f64,
-    /// Answers from a cache (the coordinator's or a worker's) over all
-    /// answers.
+    /// Answers given without a search (from the coordinator's result
+    /// cache, a worker's solver cache, or a solve shared with another
+    /// request) over all answers.
     cache_hit_rate: f64,
     by_strategy: std::collections::BTreeMap<String, u64>,
     errors: u64,
@@ -194,7 +195,7 @@ fn current(shared: &Shared) -> Status {
     let (s, _) = shared.snapshot();
     let t = shared.traffic();
     let answered: u64 = t.by_strategy.values().sum();
-    let cached: u64 = ["cache", "result_cache"]
+    let cached: u64 = ["cache", "result_cache", "shared"]
         .iter()
         .filter_map(|k| t.by_strategy.get(*k))
         .sum();
@@ -586,6 +587,12 @@ fn colball_metrics(shared: &Shared, registry: &mut Registry) {
         "worker_table_builds",
         "Distance tables a worker built",
         &|w| w.table_builds,
+    );
+    per_worker(
+        registry,
+        "worker_table_hits",
+        "Puzzles a worker answered from a distance table",
+        &|w| w.table_hits,
     );
     let load = Family::<Labels, Gauge>::default();
     for w in &s.worker_list {

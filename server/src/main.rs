@@ -319,7 +319,7 @@ async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
     let addr = listener.local_addr()?;
     let shutdown = shutdown::on_signal();
-    let shared = coordinator::start(config, shutdown.clone())?;
+    let shared = coordinator::Shared::new(config, shutdown.clone())?;
     reload_on_sighup(shared.clone());
     if let Some(http_addr) = args.http {
         let http_listener = TcpListener::bind(http_addr)

@@ -53,7 +53,7 @@ impl LocalCluster {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let shutdown = CancellationToken::new();
-        let shared = coordinator::start(config, shutdown.clone()).map_err(std::io::Error::other)?;
+        let shared = Shared::new(config, shutdown.clone()).map_err(std::io::Error::other)?;
         let coordinator = tokio::spawn(coordinator::serve(
             listener,
             shared.clone(),

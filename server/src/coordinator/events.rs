@@ -71,8 +71,10 @@ pub struct Recent {
 /// Totals and recent traffic for the dashboard and `/metrics`.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Traffic {
-    /// Results by how they were answered: a worker strategy, or `cache`
-    /// (the coordinator's result cache).
+    /// Results by how they were answered: a worker strategy (`cache` is
+    /// a worker's solver cache), `result_cache` (the coordinator's result
+    /// cache) or `shared` (the answer of the same puzzle pending for
+    /// another request, solved once for both).
     pub by_strategy: BTreeMap<String, u64>,
     /// Error results (invalid puzzles, puzzles the cluster gave up on).
     pub errors: u64,
@@ -376,10 +378,10 @@ impl EventLog {
         let Some(result) = &r.result else { return };
         match &result.outcome {
             Some(puzzle_result::Outcome::Solved(s)) => {
-                let how = if s.cached {
-                    "result_cache"
-                } else {
-                    s.strategy.as_str()
+                let how = match (s.cached, s.shared) {
+                    (true, true) => "shared",
+                    (true, false) => "result_cache",
+                    (false, _) => s.strategy.as_str(),
                 };
                 match inner.by_strategy.get_mut(how) {
                     Some(n) => *n += 1,

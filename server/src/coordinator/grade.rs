@@ -15,7 +15,6 @@
 use std::pin::Pin;
 
 use colball_proto::grade::{answer_from_wire, graded_to_wire};
-use colball_proto::puzzle_from_wire;
 use colball_proto::v1::{self, puzzle_result};
 use colball_solver::Puzzle;
 use colball_solver::grade::{GivenAnswer, Graded, grade_case};
@@ -52,19 +51,25 @@ pub(super) async fn grade(
     };
     let cases = request.cases;
     let mut puzzles = Vec::with_capacity(cases.len());
-    let mut infos = Vec::with_capacity(cases.len());
+    let mut answers = Vec::with_capacity(cases.len());
     for case in cases {
-        // A case without a puzzle reads as one with no rows: admit turns it
-        // into an error result naming the missing field.
-        let wire = case.puzzle.unwrap_or_default();
-        infos.push(CaseInfo {
-            id: wire.id.clone(),
-            puzzle: puzzle_from_wire(&wire).ok(),
-            answer: case.answer.as_ref().map(answer_from_wire),
-        });
-        puzzles.push(wire);
+        // A case without a puzzle reads as one with no rows: it becomes an
+        // error result naming the missing field.
+        puzzles.push(case.puzzle.unwrap_or_default());
+        answers.push(case.answer.as_ref().map(answer_from_wire));
     }
-    let admitted = service.admit(puzzles, "grade", caller).await?;
+    // Each puzzle is read once, for the admission and the judge both.
+    let batch = service.parse(puzzles)?;
+    let infos = batch
+        .iter()
+        .zip(answers)
+        .map(|((id, puzzle), answer)| CaseInfo {
+            id: id.clone(),
+            puzzle: puzzle.as_ref().ok().copied(),
+            answer,
+        })
+        .collect();
+    let admitted = service.admit(batch, "grade", caller).await?;
     tracing::debug!(
         cases = admitted.total,
         ready = admitted.ready.len(),
@@ -191,7 +196,7 @@ mod tests {
         };
         CaseInfo {
             id: id.into(),
-            puzzle: puzzle_from_wire(&wire).ok(),
+            puzzle: colball_proto::puzzle_from_wire(&wire).ok(),
             answer,
         }
     }

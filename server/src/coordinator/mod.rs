@@ -39,9 +39,7 @@ use std::time::{Duration, Instant};
 use colball_proto::v1::solver_server::{Solver, SolverServer};
 use colball_proto::v1::workers_server::{Workers, WorkersServer};
 use colball_proto::v1::{self, coordinator_message, worker_message};
-use colball_proto::{
-    MAX_MESSAGE_BYTES, PROTOCOL_VERSION, Secret, batch_from_wire, puzzle_from_wire,
-};
+use colball_proto::{MAX_MESSAGE_BYTES, PROTOCOL_VERSION, Secret, batch_from_wire};
 use dashmap::DashMap;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
@@ -225,7 +223,10 @@ pub enum StartError {
 }
 
 impl Shared {
-    fn new(config: Config, shutdown: CancellationToken) -> Result<Arc<Shared>, StartError> {
+    /// Builds the coordinator's shared state (opening the job store and
+    /// reading the client tokens file), for [`serve`] and the HTTP
+    /// endpoint; nothing runs until they do.
+    pub fn new(config: Config, shutdown: CancellationToken) -> Result<Arc<Shared>, StartError> {
         let tokens = TokenSet::new(
             config.client_token.clone(),
             config.client_tokens_file.clone(),
@@ -418,7 +419,7 @@ pub async fn run(
     config: Config,
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
-    let shared = start(config, shutdown.clone())?;
+    let shared = Shared::new(config, shutdown.clone())?;
     serve(listener, shared, shutdown).await?;
     Ok(())
 }
@@ -430,12 +431,6 @@ pub enum RunError {
     Start(#[from] StartError),
     #[error(transparent)]
     Transport(#[from] tonic::transport::Error),
-}
-
-/// Builds the coordinator's shared state (reading the client tokens
-/// file), for [`serve`] and the HTTP endpoint.
-pub fn start(config: Config, shutdown: CancellationToken) -> Result<Arc<Shared>, StartError> {
-    Shared::new(config, shutdown)
 }
 
 /// Serves the services of `shared` on `listener` until `shutdown`.
@@ -777,6 +772,13 @@ impl Shared {
     }
 }
 
+/// One puzzle of a request as read: its id, and the puzzle or why it is
+/// invalid.
+type Parsed = (
+    String,
+    Result<colball_solver::Puzzle, colball_proto::InvalidPuzzle>,
+);
+
 /// Who sent a request and how it wants to be served.
 struct Caller {
     client: String,
@@ -785,9 +787,28 @@ struct Caller {
 
 impl SolverService {
     /// Admits a request's puzzles; `request` names the RPC for watchers.
+    /// Reads a request's puzzles, once: within `--max-batch`, each one
+    /// parsed (or why it is invalid) beside its id.
+    fn parse(&self, puzzles: Vec<v1::Puzzle>) -> Result<Vec<Parsed>, ServerError> {
+        let limit = self.shared.config.max_batch;
+        if puzzles.len() > limit {
+            return Err(ServerError::BatchTooLarge {
+                batch: puzzles.len(),
+                limit,
+            });
+        }
+        let parsed = batch_from_wire(&puzzles)?;
+        Ok(puzzles
+            .into_iter()
+            .zip(parsed)
+            .map(|(wire, puzzle)| (wire.id, puzzle))
+            .collect())
+    }
+
+    /// Admits a request's parsed puzzles ([`Self::parse`]).
     async fn admit(
         &self,
-        puzzles: Vec<v1::Puzzle>,
+        batch: Vec<Parsed>,
         request: &str,
         caller: Caller,
     ) -> Result<Admitted, ServerError> {
@@ -795,28 +816,17 @@ impl SolverService {
         if shared.shutdown.is_cancelled() {
             return Err(ServerError::ShuttingDown);
         }
-        if puzzles.len() > shared.config.max_batch {
-            return Err(ServerError::BatchTooLarge {
-                batch: puzzles.len(),
-                limit: shared.config.max_batch,
-            });
-        }
         let slot = shared.per_client.acquire(&caller.client)?;
-        let total = puzzles.len();
-        let parsed = batch_from_wire(&puzzles)?;
+        let total = batch.len();
         let mut ready = Vec::new();
         let mut tasks = Vec::new();
-        for (index, (wire, parsed)) in puzzles.into_iter().zip(parsed).enumerate() {
+        for (index, (id, parsed)) in batch.into_iter().enumerate() {
             let index = index as u64;
             match parsed {
                 Err(e) => ready.push(v1::PuzzleResult::invalid(index, &e)),
                 Ok(puzzle) => match shared.cache.get(&puzzle) {
-                    Some(a) => ready.push(a.to_result(wire.id, index)),
-                    None => tasks.push(NewTask {
-                        index,
-                        id: wire.id,
-                        puzzle,
-                    }),
+                    Some(a) => ready.push(a.to_result(id, index)),
+                    None => tasks.push(NewTask { index, id, puzzle }),
                 },
             }
         }
@@ -888,10 +898,11 @@ impl Solver for SolverService {
             priority: priority(request.priority, Priority::Interactive)?,
         };
         let puzzle = request.puzzle.ok_or(ServerError::MissingPuzzle)?;
-        if let Err(e) = puzzle_from_wire(&puzzle) {
-            return Err(ServerError::from(e).into());
+        let batch = self.parse(vec![puzzle])?;
+        if let Some((_, Err(e))) = batch.first() {
+            return Err(ServerError::from(e.clone()).into());
         }
-        let mut admitted = self.admit(vec![puzzle], "solve", caller).await?;
+        let mut admitted = self.admit(batch, "solve", caller).await?;
         let result = match admitted.ready.pop() {
             Some(result) => Ok(result),
             None => match admitted.stream.next().await {
@@ -932,7 +943,8 @@ impl Solver for SolverService {
             client,
             priority: priority(request.priority, Priority::Normal)?,
         };
-        let admitted = self.admit(request.puzzles, "solve_batch", caller).await?;
+        let batch = self.parse(request.puzzles)?;
+        let admitted = self.admit(batch, "solve_batch", caller).await?;
         tracing::debug!(
             puzzles = admitted.total,
             ready = admitted.ready.len(),

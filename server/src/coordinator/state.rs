@@ -358,6 +358,8 @@ pub struct WorkerView {
     pub cache_evictions: u64,
     pub cache_entries: u64,
     pub table_builds: u64,
+    /// Puzzles it answered from a distance table.
+    pub table_hits: u64,
 }
 
 /// A snapshot for the metrics endpoint and the dashboard.
@@ -612,6 +614,7 @@ impl State {
                     cache_evictions: w.cache.evictions,
                     cache_entries: w.cache.entries,
                     table_builds: w.cache.table_builds,
+                    table_hits: w.cache.table_hits,
                 })
                 .collect(),
         }
@@ -1112,11 +1115,13 @@ impl State {
                     worker: name,
                     time_us: s.time_us,
                     cached: false,
+                    shared: false,
                 };
                 if !task.followers.is_empty() {
                     let copy = v1::Solved {
                         time_us: 0,
                         cached: true,
+                        shared: true,
                         ..solved.clone()
                     };
                     for f in task.followers {

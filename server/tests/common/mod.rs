@@ -141,7 +141,8 @@ impl FakeWorker {
         Ok(FakeWorker { out, inbound })
     }
 
-    /// The next message of the given kind (skipping others), within 10 s.
+    /// The kind of the next message, within 10 s (`None` when the stream
+    /// ended or nothing came).
     pub async fn next(&mut self) -> Option<coordinator_message::Kind> {
         tokio::time::timeout(Duration::from_secs(10), self.inbound.message())
             .await

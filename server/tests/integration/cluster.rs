@@ -103,6 +103,12 @@ async fn two_clients_sending_the_same_puzzles_at_once_share_each_solve() {
     // Each puzzle was solved once: the second request followed the first's
     // pending tasks (or, for those already done, hit the result cache).
     assert_eq!(cluster.shared.snapshot().0.counters.solved, 200);
+    // And the second's answers are counted as what they were: shared
+    // solves, or result cache hits, never both.
+    let by = cluster.shared.traffic().by_strategy;
+    let count = |k: &str| by.get(k).copied().unwrap_or(0);
+    assert_eq!(count("shared") + count("result_cache"), 200, "{by:?}");
+    assert!(count("shared") > 0, "{by:?}");
     cluster.shutdown().await;
 }
 
