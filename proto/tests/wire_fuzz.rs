@@ -9,8 +9,7 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-#[path = "../../solver/tests/mutate/mod.rs"]
-mod mutate;
+use colball_testkit::mutate;
 
 use std::path::PathBuf;
 

@@ -41,9 +41,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
 mod common;
-#[allow(dead_code)] // shared with the tests, which use all of it
-#[path = "../tests/common/procs.rs"]
-mod procs;
+use colball_testkit::procs;
 
 use common::{batch, count_all, cpu_seconds, env, server_bin};
 

@@ -19,14 +19,12 @@ use std::time::{Duration, Instant};
 
 use colball_client::remote::Client;
 use colball_server::coordinator::Config;
-use colball_server::testing::LocalCluster;
 use colball_solver::{BidirSearch, Puzzle, Size};
+use colball_testkit::LocalCluster;
 use tokio_stream::StreamExt;
 
 mod common;
-#[allow(dead_code)] // shared with the tests, which use all of it
-#[path = "../tests/common/procs.rs"]
-mod procs;
+use colball_testkit::procs;
 
 use common::{batch, count_all, env, server_bin};
 

@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use colball_client::remote::{Client, Security};
 use colball_proto::{Secret, v1};
 use colball_server::coordinator::Config;
-use colball_server::testing::LocalCluster;
 use colball_solver::{Puzzle, Size};
+use colball_testkit::LocalCluster;
 use tokio_stream::StreamExt;
 
 mod common;

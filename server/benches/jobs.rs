@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use colball_client::jobs::Jobs;
 use colball_client::remote::{Client, Security};
 use colball_server::coordinator::Config;
-use colball_server::testing::LocalCluster;
 use colball_solver::{Puzzle, Size};
+use colball_testkit::LocalCluster;
 
 mod common;
 

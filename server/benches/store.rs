@@ -27,9 +27,7 @@ use colball_client::remote::{Client, REQUEST_CHUNK, Security};
 use colball_solver::{Puzzle, Size};
 
 mod common;
-#[allow(dead_code)] // shared with the tests, which use all of it
-#[path = "../tests/common/procs.rs"]
-mod procs;
+use colball_testkit::procs;
 
 use common::{batch, count_all, cpu_seconds, env, small};
 

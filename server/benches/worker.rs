@@ -35,9 +35,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{Request, Response, Status, Streaming};
 
 mod common;
-#[allow(dead_code)] // shared with the tests, which use all of it
-#[path = "../tests/common/procs.rs"]
-mod procs;
+use colball_testkit::procs;
 
 use common::{batch, cpu_seconds, env, server_bin, thread_cpu_seconds};
 

@@ -16,12 +16,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-#[allow(dead_code)]
-#[path = "../tests/common/load.rs"]
-mod load;
-#[allow(dead_code)]
-#[path = "../tests/common/procs.rs"]
-mod procs;
+use colball_testkit::load;
 
 /// Streams puzzles through a coordinator and workers and checks every answer.
 #[derive(Parser, Debug)]

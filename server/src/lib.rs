@@ -13,7 +13,6 @@
 //!   [`http_jobs`]: the job API over plain HTTP;
 //! - [`shutdown`], [`telemetry`]: one shutdown path (Ctrl-C and SIGTERM) and
 //!   tracing setup for the binary;
-//! - [`testing`]: an in-process cluster on loopback for tests and benchmarks.
 //!
 //! The binary (`src/main.rs`) only parses flags into the `Config` structs
 //! here, binds the listener and calls `run`.
@@ -31,7 +30,6 @@ pub mod process;
 pub mod shutdown;
 pub mod store;
 pub mod telemetry;
-pub mod testing;
 pub mod worker;
 
 pub use error::ServerError;

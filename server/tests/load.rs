@@ -7,12 +7,10 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::load::{self, LoadConfig};
+use colball_testkit::load::{self, LoadConfig};
 
 /// Peak resident set allowed for every process, in MiB. At this size the
 /// measured peaks (docs/RELIABILITY.md) are 18 MiB for the coordinator

@@ -2,7 +2,7 @@
 //! the same output as the in-process mode.
 
 use colball_server::coordinator::Config;
-use colball_server::testing::LocalCluster;
+use colball_testkit::LocalCluster;
 
 use crate::common::run as colball;
 

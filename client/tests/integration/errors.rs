@@ -3,7 +3,7 @@
 
 use colball_proto::Secret;
 use colball_server::coordinator::Config;
-use colball_server::testing::LocalCluster;
+use colball_testkit::LocalCluster;
 
 use crate::common::run;
 use crate::pki::Pki;

@@ -7,7 +7,7 @@ use std::process::Output;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use colball_server::coordinator::Config;
-use colball_server::testing::LocalCluster;
+use colball_testkit::LocalCluster;
 use serde_json::Value;
 
 fn colball(args: &[&str]) -> Output {

@@ -3,7 +3,7 @@
 //! prints for the same input.
 
 use colball_server::coordinator::Config;
-use colball_server::testing::LocalCluster;
+use colball_testkit::LocalCluster;
 
 use crate::common::run as colball;
 

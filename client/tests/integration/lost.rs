@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use colball_client::jobs::Jobs;
 use colball_client::remote::Security;
 use colball_server::coordinator::Config;
-use colball_server::testing::LocalCluster;
+use colball_testkit::LocalCluster;
 
 use crate::common::run as colball;
 use crate::proxy;

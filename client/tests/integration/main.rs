@@ -6,12 +6,7 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 mod common;
-#[allow(dead_code)] // shared with the server's tests, which use all of it
-#[path = "../../../server/tests/common/pki.rs"]
-mod pki;
-#[allow(dead_code)] // shared with the server's tests, which use all of it
-#[path = "../../../server/tests/common/proxy.rs"]
-mod proxy;
+use colball_testkit::{pki, proxy};
 
 mod cli;
 mod connect;

@@ -3,7 +3,7 @@
 //! resume point is gone.
 
 use colball_server::coordinator::Config;
-use colball_server::testing::LocalCluster;
+use colball_testkit::LocalCluster;
 
 /// Runs `colball ARGS` off the async threads, so the cluster keeps serving.
 async fn colball(args: Vec<String>) -> std::process::Output {

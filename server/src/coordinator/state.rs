@@ -1833,7 +1833,7 @@ mod tests {
     }
 
     fn outcome(size: Size, moves: i64, solution: &str) -> task_result::Outcome {
-        crate::testing::worker_answer(size, moves, solution)
+        colball_testkit::worker_answer(size, moves, solution)
     }
 
     /// The moves of a worker's answer, in notation.

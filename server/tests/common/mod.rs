@@ -1,15 +1,8 @@
-//! Helpers shared by the cluster tests: puzzles with known answers and a
-//! scripted fake worker; [`procs`] (real server processes), [`proxy`] (a
-//! TCP proxy whose connections can be cut), [`pki`] (throwaway
-//! certificates) and [`load`] (the load run, shared with the `load`
-//! example).
+//! Helpers of the server's integration tests: puzzles with known answers
+//! and a scripted fake worker. What other crates' tests share (processes,
+//! the proxy, certificates, the load run) is in `colball-testkit`.
 
 #![allow(dead_code)]
-
-pub mod load;
-pub mod pki;
-pub mod procs;
-pub mod proxy;
 
 use std::time::Duration;
 

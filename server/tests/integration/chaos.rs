@@ -18,11 +18,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::common::four_by_four;
-use crate::common::procs::{self, Stderr, metric, wait_metric};
-use crate::common::proxy::Proxy;
 use colball_client::jobs::{self, JobRun};
 use colball_client::remote::{self, Client, ClientError, RemoteSolved, SolveError};
 use colball_solver::{BidirSearch, Puzzle, Solution, apply_moves};
+use colball_testkit::procs::{self, Stderr, metric, wait_metric};
+use colball_testkit::proxy::Proxy;
 use tokio_stream::StreamExt;
 
 const BIN: &str = env!("CARGO_BIN_EXE_colball-server");

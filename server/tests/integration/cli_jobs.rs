@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::procs::{self, wait_metric};
 use colball_client::jobs::Jobs;
 use colball_client::remote::Security;
+use colball_testkit::procs::{self, wait_metric};
 
 const BIN: &str = env!("CARGO_BIN_EXE_colball-server");
 

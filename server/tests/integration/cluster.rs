@@ -10,11 +10,11 @@ use colball_proto::PROTOCOL_VERSION;
 use colball_proto::v1::solver_client::SolverClient;
 use colball_proto::v1::{self, coordinator_message, puzzle_result};
 use colball_server::coordinator::Config;
-use colball_server::testing::LocalCluster;
 use colball_server::worker::WorkerError;
 use colball_solver::engine::break_even;
 use colball_solver::generate::Generator;
 use colball_solver::{BidirSearch, Puzzle, Size};
+use colball_testkit::LocalCluster;
 use tokio_stream::StreamExt;
 use tonic::Code;
 

@@ -15,7 +15,7 @@ use crate::common::four_by_four;
 use colball_client::jobs::Jobs;
 use colball_client::remote::{Client, Security};
 use colball_server::coordinator::Config;
-use colball_server::testing::LocalCluster;
+use colball_testkit::LocalCluster;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;

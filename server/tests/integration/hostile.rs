@@ -10,9 +10,9 @@ use colball_client::remote::Client;
 use colball_proto::v1::{self, coordinator_message, worker_message};
 use colball_proto::work::task_puzzle;
 use colball_server::coordinator::Config;
-use colball_server::testing::LocalCluster;
-use colball_server::testing::worker_answer;
 use colball_solver::{BidirSearch, Puzzle};
+use colball_testkit::LocalCluster;
+use colball_testkit::worker_answer;
 use tokio_stream::StreamExt;
 use tonic::Code;
 
@@ -253,7 +253,7 @@ async fn registrations_outside_the_slot_limits_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_binaries_refuse_a_liar_and_stay_exact() {
-    use crate::common::procs::{self, Stderr, metric, wait_metric};
+    use colball_testkit::procs::{self, Stderr, metric, wait_metric};
     use std::path::Path;
     let bin = Path::new(env!("CARGO_BIN_EXE_colball-server"));
     let c = procs::coordinator(bin, "127.0.0.1:0", &["--audit-rate", "0"]);

@@ -5,14 +5,14 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use crate::common::procs::{self, Stderr, wait_metric};
 use crate::common::{FakeWorker, four_by_four, mixed, quick};
 use colball_client::jobs::Jobs;
 use colball_client::remote::{ClientError, Security};
 use colball_proto::Secret;
 use colball_proto::v1::{self, puzzle_result};
 use colball_server::coordinator::Config;
-use colball_server::testing::LocalCluster;
+use colball_testkit::LocalCluster;
+use colball_testkit::procs::{self, Stderr, wait_metric};
 use tokio_stream::StreamExt;
 use tonic::Code;
 

@@ -12,7 +12,7 @@ use colball_proto::v1::cluster_event::Kind;
 use colball_proto::v1::solver_client::SolverClient;
 use colball_proto::v1::{self, ClusterEvent};
 use colball_server::coordinator::Config;
-use colball_server::testing::LocalCluster;
+use colball_testkit::LocalCluster;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_stream::StreamExt;
 use tonic::Code;

@@ -9,9 +9,9 @@ use std::collections::HashSet;
 use std::io::Read;
 use std::path::Path;
 
-use crate::common::procs::{self, Proc, Stderr, metric, wait_metric};
 use crate::common::{four_by_four, mixed};
 use colball_client::remote::{Client, ClientError};
+use colball_testkit::procs::{self, Proc, Stderr, metric, wait_metric};
 use tokio_stream::StreamExt;
 
 const BIN: &str = env!("CARGO_BIN_EXE_colball-server");

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{mixed, quick};
 use colball_client::remote::Client;
-use colball_server::testing::LocalCluster;
+use colball_testkit::LocalCluster;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_stream::StreamExt;
 

@@ -5,10 +5,10 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::pki::Pki;
 use crate::common::solves;
 use colball_client::remote::{Client, Security};
 use colball_proto::Secret;
+use colball_testkit::pki::Pki;
 
 const WAIT: Duration = Duration::from_secs(20);
 

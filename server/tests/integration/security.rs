@@ -3,15 +3,15 @@
 
 use std::time::Duration;
 
-use crate::common::pki::Pki;
 use crate::common::{FakeWorker, four_by_four, mixed, quick, solves};
 use colball_client::remote::{Client, ClientError, Security};
 use colball_proto::v1::solver_client::SolverClient;
 use colball_proto::v1::{self, puzzle_result};
 use colball_proto::{MAX_ID_BYTES, MAX_MESSAGE_BYTES, Secret};
 use colball_server::coordinator::Config;
-use colball_server::testing::LocalCluster;
 use colball_server::worker::WorkerError;
+use colball_testkit::LocalCluster;
+use colball_testkit::pki::Pki;
 use tokio_stream::StreamExt;
 use tonic::Code;
 

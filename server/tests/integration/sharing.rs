@@ -11,7 +11,7 @@ use colball_client::remote::{Client, ClientError, Security};
 use colball_proto::Secret;
 use colball_proto::v1::cluster_event::Kind;
 use colball_server::coordinator::Config;
-use colball_server::testing::LocalCluster;
+use colball_testkit::LocalCluster;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_stream::StreamExt;
 use tonic::Code;

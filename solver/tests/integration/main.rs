@@ -5,8 +5,7 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-#[path = "../mutate/mod.rs"]
-mod mutate;
+use colball_testkit::mutate;
 
 mod examples;
 mod oracle;

@@ -3,6 +3,7 @@
 
 /// A throwaway CA and a server certificate it signed for `localhost` and
 /// `127.0.0.1`, in PEM.
+#[derive(Debug)]
 pub struct Pki {
     pub ca: String,
     pub cert: String,
@@ -50,5 +51,11 @@ impl Pki {
     pub fn client(&self) -> tonic::transport::ClientTlsConfig {
         tonic::transport::ClientTlsConfig::new()
             .ca_certificate(tonic::transport::Certificate::from_pem(&self.ca))
+    }
+}
+
+impl Default for Pki {
+    fn default() -> Pki {
+        Pki::new()
     }
 }

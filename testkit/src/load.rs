@@ -21,7 +21,7 @@ use colball_solver::{BidirSearch, Puzzle, Size, Solution, apply_moves};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_stream::StreamExt;
 
-use super::procs::{self, Proc, Stderr};
+use crate::procs::{self, Proc, Stderr};
 
 /// What to run.
 #[derive(Clone, Debug)]

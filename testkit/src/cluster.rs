@@ -10,8 +10,8 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::coordinator::{self, Shared};
-use crate::worker;
+use colball_server::coordinator::{self, Shared};
+use colball_server::worker;
 
 /// A running coordinator and its workers.
 #[derive(Debug)]
@@ -79,7 +79,7 @@ impl LocalCluster {
     pub async fn serve_http(&self) -> std::io::Result<SocketAddr> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        tokio::spawn(crate::http::run(
+        tokio::spawn(colball_server::http::run(
             listener,
             self.shared.clone(),
             self.shutdown.clone(),

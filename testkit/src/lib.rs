@@ -1,0 +1,22 @@
+//! Test support for colball's crates, kept out of the products: the
+//! crates take it as a dev-dependency only.
+//!
+//! - [`LocalCluster`]: a coordinator on `127.0.0.1:0` and in-process
+//!   workers, stopped when dropped; [`worker_answer`] for scripted workers.
+//! - [`procs`]: real `colball-server` processes (each stopped by its own
+//!   PID), their metrics and their memory.
+//! - [`proxy`]: a TCP proxy on loopback whose connections can be cut.
+//! - [`pki`]: throwaway certificates for the TLS tests.
+//! - [`load`]: the load run (the `load` example and its test).
+//! - [`mutate`]: byte mutations for the decoders' fuzz tests.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test support: a failure is a failed test
+
+mod cluster;
+pub mod load;
+pub mod mutate;
+pub mod pki;
+pub mod procs;
+pub mod proxy;
+
+pub use cluster::{LocalCluster, worker_answer};
