@@ -76,7 +76,10 @@ pub(super) async fn grade(
         "grading admitted"
     );
     let (tx, rx) = mpsc::channel(256);
-    tokio::spawn(judge(admitted, infos, deadline, tx));
+    let span = tracing::info_span!("request", id = admitted.stream.id, rpc = "grade");
+    service
+        .shared
+        .spawn(span, judge(admitted, infos, deadline, tx));
     Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
 }
 

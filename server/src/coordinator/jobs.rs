@@ -305,7 +305,8 @@ fn start(shared: &Arc<Shared>, seq: i64, stored: u64, upload: Upload) {
     };
     let cancel = run.cancel.clone();
     shared.runs.insert(seq, run);
-    tokio::spawn(feed(shared.clone(), seq, cancel));
+    let span = tracing::info_span!("job", job = %shared.store.job_id(seq));
+    shared.spawn(span, feed(shared.clone(), seq, cancel));
 }
 
 /// Feeds a job's puzzles to the scheduler a window at a time, until every
@@ -752,8 +753,9 @@ pub fn results_of(
     follow: bool,
 ) -> mpsc::Receiver<Result<v1::PuzzleResult, Status>> {
     let (tx, rx) = mpsc::channel(256);
+    let span = tracing::info_span!("results", job = %row.id(), from);
     let shared = shared.clone();
-    tokio::spawn(async move {
+    shared.clone().spawn(span, async move {
         let seq = row.seq;
         let mut next = from;
         // Set once the job has ended: what is stored is read to its end,

@@ -46,8 +46,10 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream, UnboundedReceiverStream};
 use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument;
 
 use crate::auth::{self, Identity, Role, TokenSet};
 use crate::cache::ResultCache;
@@ -211,6 +213,9 @@ pub struct Shared {
     runs: DashMap<i64, jobs::Run>,
     writer: mpsc::UnboundedSender<jobs::ToWrite>,
     writer_rx: Mutex<Option<mpsc::UnboundedReceiver<jobs::ToWrite>>>,
+    /// Every task a request, a job, a watcher or a worker session runs
+    /// ([`Shared::spawn`]): shutdown waits for them, up to its deadline.
+    tasks: TaskTracker,
 }
 
 /// Why the coordinator could not start.
@@ -237,6 +242,7 @@ impl Shared {
         Ok(Arc::new(Shared {
             store,
             runs: DashMap::new(),
+            tasks: TaskTracker::new(),
             writer,
             writer_rx: Mutex::new(Some(writer_rx)),
             state: Mutex::new(State::new(config.limits(), Instant::now())),
@@ -265,6 +271,18 @@ impl Shared {
 
     fn fresh_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Runs `task` for a request, a job, a watcher or a worker session, in
+    /// `span` (which names it: one grep of the logs for the span's id
+    /// follows it); shutdown waits for it up to its deadline.
+    fn spawn(&self, span: tracing::Span, task: impl Future<Output = ()> + Send + 'static) {
+        self.tasks.spawn(task.instrument(span));
+    }
+
+    /// Tasks of requests, jobs, watchers and sessions still running.
+    pub fn running_tasks(&self) -> usize {
+        self.tasks.len()
     }
 
     /// Runs one operation on the state and applies its effects after the
@@ -449,16 +467,21 @@ pub async fn serve(
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .take();
     if let Some(rx) = writer_rx {
+        // The writer ends with the process (its sender lives in `shared`).
         tokio::spawn(jobs::writer(shared.clone(), rx));
-        tokio::spawn(jobs::resume(shared.clone()));
-        tokio::spawn(jobs::retention(shared.clone()));
+        shared.spawn(tracing::info_span!("jobs"), jobs::resume(shared.clone()));
+        shared.spawn(tracing::info_span!("jobs"), jobs::retention(shared.clone()));
     }
     let drain_timeout = shared.config.drain_timeout;
+    // When the drain ends: `drain_timeout` after the shutdown began.
+    let drain_until = Arc::new(std::sync::OnceLock::new());
     let closer = {
         let shared = shared.clone();
         let shutdown = shutdown.clone();
+        let drain_until = drain_until.clone();
         async move {
             shutdown.cancelled().await;
+            let _ = drain_until.set(tokio::time::Instant::now() + drain_timeout);
             tracing::info!("coordinator shutting down");
             shared.run(|s| ((), s.shutdown()));
             shared.workers.send_replace(0);
@@ -524,6 +547,22 @@ pub async fn serve(
             Ok(())
         }
     };
+    // The requests', jobs' and sessions' own tasks end with their streams;
+    // what is still running at the deadline is dropped with the runtime.
+    shared.tasks.close();
+    let until = drain_until
+        .get()
+        .copied()
+        .unwrap_or_else(|| tokio::time::Instant::now() + drain_timeout);
+    if tokio::time::timeout_at(until, shared.tasks.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            tasks = shared.tasks.len(),
+            "drain timeout passed with tasks still running"
+        );
+    }
     housekeeping.abort();
     health_task.abort();
     result
@@ -954,7 +993,9 @@ impl Solver for SolverService {
         // stream hands them to tonic one by one, which writes what is
         // ready together.
         let (tx, rx) = mpsc::channel(16);
-        tokio::spawn(forward(admitted, request.ordered, deadline, tx));
+        let span = tracing::info_span!("request", id = admitted.stream.id, rpc = "solve_batch");
+        self.shared
+            .spawn(span, forward(admitted, request.ordered, deadline, tx));
         Ok(Response::new(Box::pin(futures_util::StreamExt::flat_map(
             ReceiverStream::new(rx),
             tokio_stream::iter,
@@ -975,7 +1016,10 @@ impl Solver for SolverService {
             .map_err(|gone| Status::out_of_range(gone.to_string()))?;
         tracing::debug!(?from, "watcher joined");
         let (tx, rx) = mpsc::channel(256);
-        tokio::spawn(follow(self.shared.clone(), subscription, tx));
+        self.shared.spawn(
+            tracing::info_span!("watch"),
+            follow(self.shared.clone(), subscription, tx),
+        );
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
@@ -1222,7 +1266,10 @@ impl Workers for WorkersService {
             return Err(ServerError::from(e).into());
         }
         tracing::info!(peer = %crate::telemetry::addr(peer), %name, slots = register.slots, worker, "worker joined");
-        tokio::spawn(session_loop(shared, worker, inbound, stop));
+        let span = tracing::info_span!("worker", worker, %name);
+        shared
+            .clone()
+            .spawn(span, session_loop(shared, worker, inbound, stop));
         Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
     }
 }
