@@ -66,32 +66,32 @@ struct CoordinatorArgs {
     http: Option<SocketAddr>,
     /// Most puzzles admitted and not yet answered, over all clients; a
     /// request over the limit gets RESOURCE_EXHAUSTED.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = defaults().max_pending)]
     max_pending: usize,
     /// Most puzzles in one request; a larger one gets RESOURCE_EXHAUSTED.
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, default_value_t = defaults().max_batch)]
     max_batch: usize,
     /// Most requests in flight from one client, counted per IP address (all
     /// clients behind one proxy or NAT share it); one more gets
     /// RESOURCE_EXHAUSTED. 0: no limit.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = defaults().max_batches_per_client)]
     max_batches_per_client: usize,
     /// Times one puzzle is dispatched (after lost workers) before it gets an
     /// error result (1 to 65535).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=65535))]
+    #[arg(long, default_value_t = defaults().max_attempts)]
     max_attempts: u32,
     /// How often workers must send a heartbeat, in milliseconds; a worker
     /// silent for three intervals is declared lost and its puzzles go to
     /// other workers.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = defaults().heartbeat_interval.as_millis() as u64)]
     heartbeat_ms: u64,
     /// How long a request waits for a first worker before UNAVAILABLE, in
     /// seconds.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = defaults().worker_grace.as_secs_f64())]
     worker_grace_secs: f64,
     /// Entries of the result cache (a puzzle solved before is answered
     /// without dispatch); 0 turns it off.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = defaults().cache_capacity)]
     cache_entries: usize,
     /// Require this token from clients (`colball solve --token`); calls
     /// without it get UNAUTHENTICATED. Off unless given. Prefer the file or
@@ -112,11 +112,11 @@ struct CoordinatorArgs {
     #[arg(long, value_name = "DIR", env = "COLBALL_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// Most puzzles in one job.
-    #[arg(long, default_value_t = 10_000_000)]
+    #[arg(long, default_value_t = defaults().max_job_puzzles)]
     max_job_puzzles: usize,
     /// Finished jobs (done, cancelled, failed) are deleted this long after
     /// they finished.
-    #[arg(long, default_value_t = 168.0)]
+    #[arg(long, default_value_t = defaults().job_retention.as_secs_f64() / 3600.0)]
     job_retention_hours: f64,
     /// Refuse new jobs (RESOURCE_EXHAUSTED) once the job store's data
     /// takes this many MiB; the database may not grow past twice this, and
@@ -132,23 +132,23 @@ struct CoordinatorArgs {
     client_tokens_file: Option<PathBuf>,
     /// Results one request may leave unread before its remaining puzzles
     /// wait for its client to read.
-    #[arg(long, default_value_t = 16_384)]
+    #[arg(long, default_value_t = defaults().max_unread)]
     max_unread: usize,
     /// Most solver slots one worker may register.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = defaults().max_worker_slots)]
     max_worker_slots: u32,
     /// A worker holding one task longer than this is stuck: it is dropped
     /// and its tasks go to others.
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = defaults().task_timeout.as_secs_f64())]
     task_timeout_secs: f64,
     /// How long a worker whose answer failed the check may not register
     /// again.
-    #[arg(long, default_value_t = 600.0)]
+    #[arg(long, default_value_t = defaults().quarantine.as_secs_f64())]
     quarantine_secs: f64,
     /// Fraction of answers re-solved on another worker to catch answers
     /// that are valid but not optimal (0: none; 1: every puzzle twice, the
     /// setting for workers nobody vouches for).
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = defaults().audit_rate)]
     audit_rate: f64,
     /// Require this token from workers (`colball-server worker --token`);
     /// without it a process cannot register as a worker. Off unless given.
@@ -215,7 +215,7 @@ struct WorkerArgs {
     name: Option<String>,
     /// On SIGTERM or Ctrl-C the worker finishes and reports what it holds;
     /// after this many seconds it leaves anyway.
-    #[arg(long, default_value_t = 60.0)]
+    #[arg(long, default_value_t = worker_defaults().drain_timeout.as_secs_f64())]
     drain_secs: f64,
     /// How to solve: `auto` answers repeats from the shared cache, builds a
     /// distance table for targets that enough assigned puzzles share, and
@@ -223,10 +223,10 @@ struct WorkerArgs {
     #[arg(long, default_value = "auto", value_parser = strategy_parser())]
     strategy: colball_solver::Strategy,
     /// Most solved puzzles the worker's threads remember (0: no cache).
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = worker_defaults().cache_capacity)]
     cache_entries: usize,
     /// Most MiB of distance tables the worker keeps (a 4x4 table is 15.6 MiB).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = worker_defaults().table_bytes >> 20)]
     table_mib: usize,
     /// Protocol version to register with (testing only).
     #[arg(long, hide = true)]
@@ -268,52 +268,66 @@ fn main() -> ExitCode {
     }
 }
 
-fn secs(s: f64) -> anyhow::Result<Duration> {
-    Duration::try_from_secs_f64(s).map_err(|e| anyhow::anyhow!("bad duration {s}: {e}"))
+/// The library's defaults are the flags' defaults: one place for each.
+fn defaults() -> coordinator::Config {
+    coordinator::Config::default()
+}
+
+fn worker_defaults() -> worker::Config {
+    worker::Config::new("")
+}
+
+/// A flag's seconds as a duration (a negative or non-finite number is an
+/// error naming the flag).
+fn secs(flag: &str, s: f64) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(s).map_err(|e| anyhow::anyhow!("{flag}: bad duration {s}: {e}"))
+}
+
+/// The binary only converts its flags; the library checks the result
+/// ([`coordinator::Config::validate`], when the coordinator starts).
+impl TryFrom<&CoordinatorArgs> for coordinator::Config {
+    type Error = anyhow::Error;
+
+    fn try_from(args: &CoordinatorArgs) -> anyhow::Result<coordinator::Config> {
+        Ok(coordinator::Config {
+            max_pending: args.max_pending,
+            max_batch: args.max_batch,
+            max_attempts: args.max_attempts,
+            heartbeat_interval: Duration::from_millis(args.heartbeat_ms),
+            worker_grace: secs("--worker-grace-secs", args.worker_grace_secs)?,
+            cache_capacity: args.cache_entries,
+            max_batches_per_client: args.max_batches_per_client,
+            max_unread: args.max_unread,
+            max_worker_slots: args.max_worker_slots,
+            task_timeout: secs("--task-timeout-secs", args.task_timeout_secs)?,
+            quarantine: secs("--quarantine-secs", args.quarantine_secs)?,
+            audit_rate: args.audit_rate,
+            client_tokens_file: args.client_tokens_file.clone(),
+            data_dir: args.data_dir.clone(),
+            max_job_puzzles: args.max_job_puzzles,
+            job_retention: secs("--job-retention-hours", args.job_retention_hours * 3600.0)?,
+            max_store_bytes: args.max_store_mib.map(|m| m.saturating_mul(1 << 20)),
+            client_token: Secret::from_sources(
+                args.client_token.as_deref(),
+                args.client_token_file.as_deref(),
+                "--client-token (or COLBALL_CLIENT_TOKEN)",
+            )?,
+            worker_token: Secret::from_sources(
+                args.worker_token.as_deref(),
+                args.worker_token_file.as_deref(),
+                "--worker-token (or COLBALL_WORKER_TOKEN)",
+            )?,
+            tls: match (&args.tls_cert, &args.tls_key) {
+                (Some(cert), Some(key)) => Some(colball_proto::tls::server_config(cert, key)?),
+                _ => None,
+            },
+            ..defaults()
+        })
+    }
 }
 
 async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
-    let config = coordinator::Config {
-        max_pending: args.max_pending,
-        max_batch: args.max_batch,
-        max_attempts: args.max_attempts.max(1),
-        heartbeat_interval: Duration::from_millis(args.heartbeat_ms.max(10)),
-        worker_grace: secs(args.worker_grace_secs)?,
-        cache_capacity: args.cache_entries,
-        max_batches_per_client: args.max_batches_per_client,
-        max_unread: args.max_unread,
-        max_worker_slots: args.max_worker_slots,
-        task_timeout: secs(args.task_timeout_secs)?,
-        quarantine: secs(args.quarantine_secs)?,
-        audit_rate: if (0.0..=1.0).contains(&args.audit_rate) {
-            args.audit_rate
-        } else {
-            anyhow::bail!(
-                "--audit-rate must be between 0 and 1, not {}",
-                args.audit_rate
-            )
-        },
-        client_tokens_file: args.client_tokens_file.clone(),
-        data_dir: args.data_dir.clone(),
-        max_job_puzzles: args.max_job_puzzles,
-        job_retention: secs(args.job_retention_hours * 3600.0)?,
-        max_store_bytes: args.max_store_mib.map(|m| m.saturating_mul(1 << 20)),
-        client_token: Secret::from_sources(
-            args.client_token.as_deref(),
-            args.client_token_file.as_deref(),
-            "--client-token (or COLBALL_CLIENT_TOKEN)",
-        )?,
-        worker_token: Secret::from_sources(
-            args.worker_token.as_deref(),
-            args.worker_token_file.as_deref(),
-            "--worker-token (or COLBALL_WORKER_TOKEN)",
-        )?,
-        tls: match (&args.tls_cert, &args.tls_key) {
-            (Some(cert), Some(key)) => Some(colball_proto::tls::server_config(cert, key)?),
-            _ => None,
-        },
-        ..coordinator::Config::default()
-    };
+    let config = coordinator::Config::try_from(&args)?;
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
@@ -357,34 +371,42 @@ fn reload_on_sighup(shared: std::sync::Arc<coordinator::Shared>) {
     let _ = shared;
 }
 
+impl TryFrom<WorkerArgs> for worker::Config {
+    type Error = anyhow::Error;
+
+    fn try_from(args: WorkerArgs) -> anyhow::Result<worker::Config> {
+        let mut config = worker::Config::new(args.coordinator);
+        if let Some(threads) = args.threads {
+            config.threads = usize::from(threads);
+        }
+        if let Some(name) = args.name {
+            config.name = name;
+        }
+        if let Some(v) = args.protocol_version {
+            config.protocol_version = v;
+        }
+        config.strategy = args.strategy;
+        config.cache_capacity = args.cache_entries;
+        config.table_bytes = args.table_mib.saturating_mul(1 << 20);
+        config.drain_timeout = secs("--drain-secs", args.drain_secs)?;
+        let security = args.security;
+        config.token = Secret::from_sources(
+            security.token.as_deref(),
+            security.token_file.as_deref(),
+            "--token (or COLBALL_WORKER_TOKEN)",
+        )?;
+        if security.ca.is_some() || security.tls_domain.is_some() {
+            config.tls = Some(colball_proto::tls::client_config(
+                security.ca.as_deref(),
+                security.tls_domain.as_deref(),
+            )?);
+        }
+        Ok(config)
+    }
+}
+
 async fn run_worker(args: WorkerArgs) -> anyhow::Result<()> {
-    let mut config = worker::Config::new(args.coordinator);
-    if let Some(threads) = args.threads {
-        config.threads = usize::from(threads);
-    }
-    if let Some(name) = args.name {
-        config.name = name;
-    }
-    if let Some(v) = args.protocol_version {
-        config.protocol_version = v;
-    }
-    config.strategy = args.strategy;
-    config.cache_capacity = args.cache_entries;
-    config.table_bytes = args.table_mib << 20;
-    config.drain_timeout = secs(args.drain_secs)?;
-    let security = args.security;
-    config.token = Secret::from_sources(
-        security.token.as_deref(),
-        security.token_file.as_deref(),
-        "--token (or COLBALL_WORKER_TOKEN)",
-    )?;
-    if security.ca.is_some() || security.tls_domain.is_some() {
-        config.tls = Some(colball_proto::tls::client_config(
-            security.ca.as_deref(),
-            security.tls_domain.as_deref(),
-        )?);
-    }
-    worker::run(config, shutdown::on_signal()).await?;
+    worker::run(worker::Config::try_from(args)?, shutdown::on_signal()).await?;
     Ok(())
 }
 

@@ -80,6 +80,28 @@ impl Config {
             tls: None,
         }
     }
+
+    /// Checks the settings (the one place: the binary only converts its
+    /// flags); [`run`] refuses a config that fails, before dialling.
+    pub fn validate(&self) -> Result<(), WorkerError> {
+        let bad = |problem: String| Err(WorkerError::Config(problem));
+        if self.threads == 0 {
+            return bad("--threads (Config::threads): must be at least 1".into());
+        }
+        if self.name.trim().is_empty() {
+            return bad("--name (Config::name): must not be empty".into());
+        }
+        if self.connect_timeout.is_zero() {
+            return bad("Config::connect_timeout: must be more than 0".into());
+        }
+        if self.backoff_initial.is_zero() || self.backoff_initial > self.backoff_max {
+            return bad(format!(
+                "Config::backoff_initial: must be more than 0 and at most backoff_max ({:?}), not {:?}",
+                self.backoff_max, self.backoff_initial
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// `HOSTNAME-PID`, or `worker-PID`.
@@ -106,6 +128,8 @@ pub enum WorkerError {
     Refused(String),
     #[error("TLS: {0}")]
     Tls(#[from] colball_proto::tls::TlsError),
+    #[error("bad worker setting: {0}")]
+    Config(String),
 }
 
 /// Why one session ended.
@@ -326,6 +350,7 @@ fn solve_guarded(
 
 /// Runs the worker until `shutdown` (then drains) or a refusal.
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), WorkerError> {
+    config.validate()?;
     // Not http:// or https://: final, before anything is dialled.
     colball_proto::tls::check_url(&config.coordinator)?;
     let endpoint =
@@ -335,7 +360,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Work
         })?;
     // A TLS setting that cannot work is final, like a bad URL.
     colball_proto::tls::secure(endpoint, &config.coordinator, config.tls.as_ref(), None)?;
-    let threads = config.threads.max(1);
+    let threads = config.threads;
     let (done_tx, mut done_rx) = mpsc::channel(threads * 4 + 16);
     let pool = Pool::start(&config, threads, done_tx);
     let mut backoff = config.backoff_initial;

@@ -162,20 +162,114 @@ impl Default for Config {
     }
 }
 
+/// A setting out of its range, or two that contradict each other: what is
+/// wrong, naming the setting (and the command-line flag that sets it).
+#[derive(Debug, thiserror::Error)]
+pub struct ConfigError {
+    pub field: &'static str,
+    /// The flag of `colball-server coordinator` ("" for a setting that has
+    /// none).
+    pub flag: &'static str,
+    pub problem: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.flag.is_empty() {
+            write!(f, "Config::{}: {}", self.field, self.problem)
+        } else {
+            write!(
+                f,
+                "{} (Config::{}): {}",
+                self.flag, self.field, self.problem
+            )
+        }
+    }
+}
+
 impl Config {
+    /// Checks every setting and the rules between them; the one place the
+    /// coordinator's settings are checked (the binary only converts its
+    /// flags). [`Shared::new`] refuses a config that fails.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |field, flag, problem: String| {
+            Err(ConfigError {
+                field,
+                flag,
+                problem,
+            })
+        };
+        let at_least_one = [
+            (self.max_batch, "max_batch", "--max-batch"),
+            (self.max_pending, "max_pending", "--max-pending"),
+            (self.max_unread, "max_unread", "--max-unread"),
+            (self.max_chunk, "max_chunk", ""),
+            (self.max_job_puzzles, "max_job_puzzles", "--max-job-puzzles"),
+            (self.credit_per_slot as usize, "credit_per_slot", ""),
+            (
+                self.max_worker_slots as usize,
+                "max_worker_slots",
+                "--max-worker-slots",
+            ),
+            (self.missed_heartbeats as usize, "missed_heartbeats", ""),
+        ];
+        for (value, field, flag) in at_least_one {
+            if value == 0 {
+                return bad(field, flag, "must be at least 1, not 0".into());
+            }
+        }
+        if !(1..=state::MAX_ATTEMPTS).contains(&self.max_attempts) {
+            return bad(
+                "max_attempts",
+                "--max-attempts",
+                format!(
+                    "must be 1 to {}, not {}",
+                    state::MAX_ATTEMPTS,
+                    self.max_attempts
+                ),
+            );
+        }
+        if self.heartbeat_interval < Duration::from_millis(10) {
+            return bad(
+                "heartbeat_interval",
+                "--heartbeat-ms",
+                format!(
+                    "must be at least 10 ms, not {} ms",
+                    self.heartbeat_interval.as_millis()
+                ),
+            );
+        }
+        if self.task_timeout.is_zero() {
+            return bad(
+                "task_timeout",
+                "--task-timeout-secs",
+                "must be more than 0".into(),
+            );
+        }
+        if !(0.0..=1.0).contains(&self.audit_rate) {
+            return bad(
+                "audit_rate",
+                "--audit-rate",
+                format!("must be between 0 and 1, not {}", self.audit_rate),
+            );
+        }
+        Ok(())
+    }
+
+    /// The state machine's limits (from a validated config).
     fn limits(&self) -> Limits {
         Limits {
             max_pending: self.max_pending,
-            max_attempts: self.max_attempts.clamp(1, state::MAX_ATTEMPTS),
-            credit: Credit::new(self.credit_per_slot.max(1)),
-            max_chunk: self.max_chunk.max(1),
-            max_unread: self.max_unread.max(1),
-            max_worker_slots: self.max_worker_slots.max(1),
+            max_attempts: self.max_attempts,
+            credit: Credit::new(self.credit_per_slot),
+            max_chunk: self.max_chunk,
+            max_unread: self.max_unread,
+            max_worker_slots: self.max_worker_slots,
             task_timeout: self.task_timeout,
-            silence_timeout: self.heartbeat_interval * self.missed_heartbeats.max(1),
+            silence_timeout: self.heartbeat_interval * self.missed_heartbeats,
             worker_grace: self.worker_grace,
             quarantine: self.quarantine,
-            audit_rate: self.audit_rate.clamp(0.0, 1.0),
+            audit_rate: self.audit_rate,
             max_audits: 10_000,
             cache_results: self.cache_capacity > 0,
         }
@@ -222,6 +316,8 @@ pub struct Shared {
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
     Tokens(#[from] auth::TokenFileError),
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
@@ -232,6 +328,7 @@ impl Shared {
     /// reading the client tokens file), for [`serve`] and the HTTP
     /// endpoint; nothing runs until they do.
     pub fn new(config: Config, shutdown: CancellationToken) -> Result<Arc<Shared>, StartError> {
+        config.validate()?;
         let tokens = TokenSet::new(
             config.client_token.clone(),
             config.client_tokens_file.clone(),
@@ -1332,6 +1429,49 @@ async fn session_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_config_is_checked_in_one_place_naming_what_is_wrong() {
+        assert!(Config::default().validate().is_ok());
+        type Spoil = fn(&mut Config);
+        let cases: [(Spoil, &str); 7] = [
+            (|c| c.max_attempts = 0, "--max-attempts"),
+            (|c| c.max_attempts = 70_000, "--max-attempts"),
+            (|c| c.max_batch = 0, "--max-batch"),
+            (|c| c.max_unread = 0, "--max-unread"),
+            (|c| c.audit_rate = f64::NAN, "--audit-rate"),
+            (
+                |c| c.heartbeat_interval = Duration::from_millis(1),
+                "--heartbeat-ms",
+            ),
+            (|c| c.credit_per_slot = 0, "Config::credit_per_slot"),
+        ];
+        for (spoil, named) in cases {
+            let mut config = Config::default();
+            spoil(&mut config);
+            let e = config.validate().expect_err(named).to_string();
+            assert!(e.contains(named), "{e}");
+        }
+        // The coordinator refuses to start on one.
+        let config = Config {
+            max_attempts: 0,
+            ..Config::default()
+        };
+        let refused = Shared::new(config, CancellationToken::new()).map(drop);
+        assert!(matches!(refused, Err(StartError::Config(_))));
+    }
+
+    #[test]
+    fn a_worker_config_is_checked_before_dialling() {
+        let mut config = crate::worker::Config::new("http://127.0.0.1:1");
+        assert!(config.validate().is_ok());
+        config.backoff_initial = config.backoff_max * 2;
+        assert!(config.validate().is_err());
+        config = crate::worker::Config::new("http://127.0.0.1:1");
+        config.name = " ".into();
+        let e = config.validate().unwrap_err().to_string();
+        assert!(e.contains("--name"), "{e}");
+    }
 
     #[test]
     fn grpc_timeouts_parse() {

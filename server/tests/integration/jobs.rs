@@ -677,7 +677,10 @@ async fn streams_cut_by_a_shutdown_say_so_by_their_reason() {
         (job_end, batch_end)
     });
     let shared = cluster.shared.clone();
-    assert!(shared.running_tasks() >= 3, "the job, its follower, the session");
+    assert!(
+        shared.running_tasks() >= 3,
+        "the job, its follower, the session"
+    );
     cluster.shutdown().await;
     // The shutdown waited for the tasks of the job, its follower, the
     // batch and the worker's session.
