@@ -91,10 +91,7 @@ pub fn run(args: JobArgs) -> Result<ExitCode> {
         .clone()
         .context("colball job needs the coordinator: --connect URL or COLBALL_CONNECT")?;
     let security = args.security.security()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime = colball_client::remote::runtime()?;
     runtime.block_on(async move {
         let mut jobs = Jobs::connect(&url, &security).await?;
         match args.command {

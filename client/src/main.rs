@@ -376,10 +376,7 @@ fn run_watch(args: WatchArgs) -> Result<()> {
         count: args.count,
         security: args.security.security()?,
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime = remote::runtime()?;
     let mut out = io::stdout().lock();
     let mut note = |line: &str| eprintln!("colball watch: {line}");
     match runtime.block_on(watch::watch(&options, &mut out, &mut note)) {

@@ -419,7 +419,9 @@ impl Client {
     }
 }
 
-pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ClientError> {
+/// The client's one kind of runtime (every command that talks to a
+/// coordinator builds it here): a single thread, with I/O and timers.
+pub fn runtime() -> Result<tokio::runtime::Runtime, ClientError> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
