@@ -590,10 +590,12 @@ pub async fn submit_job(
             if count == 0 {
                 // The run starts with the first chunk.
                 start(shared, seq, n - valid, upload);
-            } else if let Some(run) = shared.runs.get(&seq) {
-                run.upload.send_replace(upload);
+            } else {
+                if let Some(run) = shared.runs.get(&seq) {
+                    run.upload.send_replace(upload);
+                }
                 // Invalid puzzles' error results are stored already.
-                run.stored.send_modify(|stored| *stored += n - valid);
+                stored(shared, seq, n - valid);
             }
         }
         if upload.puzzles == 0 {

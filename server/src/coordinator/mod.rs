@@ -162,8 +162,8 @@ impl Default for Config {
     }
 }
 
-/// A setting out of its range, or two that contradict each other: what is
-/// wrong, naming the setting (and the command-line flag that sets it).
+/// A setting out of its range: what is wrong, naming the setting (and the
+/// command-line flag that sets it).
 #[derive(Debug, thiserror::Error)]
 pub struct ConfigError {
     pub field: &'static str,
@@ -188,9 +188,9 @@ impl std::fmt::Display for ConfigError {
 }
 
 impl Config {
-    /// Checks every setting and the rules between them; the one place the
-    /// coordinator's settings are checked (the binary only converts its
-    /// flags). [`Shared::new`] refuses a config that fails.
+    /// Checks every setting's range; the one place the coordinator's
+    /// settings are checked (the binary only converts its flags).
+    /// [`Shared::new`] refuses a config that fails.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |field, flag, problem: String| {
             Err(ConfigError {
