@@ -407,14 +407,18 @@ async fn run_job(
             .map(|(index, id, puzzle)| NewTask { index, id, puzzle })
             .collect();
         let n = tasks.len() as u64;
-        match run_window(shared, seq, &row.owner, priority, tasks, cancel, events).await {
+        let outcome = run_window(shared, seq, &row.owner, priority, tasks, cancel, events).await;
+        // Whether the job is sealed now: the window may have waited out
+        // the grace period while the upload ended.
+        let sealed = upload.borrow().sealed;
+        match outcome {
             Ok(()) => {
                 after = Some(last);
                 fed += n;
             }
             Err(status)
                 if row.fail_fast
-                    && arrived.sealed
+                    && sealed
                     && status.code() == tonic::Code::Unavailable
                     && !shared.shutting_down() =>
             {
@@ -431,7 +435,7 @@ async fn run_job(
                 let mut workers = shared.workers.subscribe();
                 tokio::select! {
                     _ = workers.wait_for(|n| *n > 0) => {}
-                    _ = upload.wait_for(|u| u.sealed), if !arrived.sealed => {}
+                    _ = upload.wait_for(|u| u.sealed), if !sealed => {}
                     () = cancel.cancelled() => return stopped(),
                     () = shared.shutdown.cancelled() => return stopped(),
                 }
