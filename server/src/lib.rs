@@ -1,16 +1,16 @@
 //! The colball cluster: a [`coordinator`] that spreads puzzle batches over
 //! [`worker`] processes over gRPC, with results streaming back to clients.
 //!
-//! - [`coordinator`]: the client-facing `Solver` service and the
-//!   worker-facing `Workers` service; admission, credit-based dispatch,
-//!   failure handling, the result cache;
+//! - [`coordinator`]: the scheduler's state machine
+//!   (`coordinator::state`) and policies (`coordinator::policy`), its
+//!   async driver, durable jobs, and the gRPC services (client-facing
+//!   `Solver` and `Jobs`, worker-facing `Workers`);
 //! - [`worker`]: dials the coordinator, solves on a dedicated thread pool;
 //! - [`auth`]: optional client and worker tokens (tonic interceptors);
 //! - [`cache`]: the bounded result cache both use;
-//! - [`http`]: the coordinator's plain-HTTP health and metrics endpoint;
-//!   [`process`] reads the process figures it exports;
+//! - [`http`]: the coordinator's plain-HTTP endpoint: dashboard, health,
+//!   metrics, and the job API over plain HTTP;
 //! - [`store`]: durable jobs, their puzzles and results, in SQLite;
-//!   [`http_jobs`]: the job API over plain HTTP;
 //! - [`shutdown`], [`telemetry`]: one shutdown path (Ctrl-C and SIGTERM) and
 //!   tracing setup for the binary;
 //!
@@ -25,8 +25,6 @@ pub mod cache;
 pub mod coordinator;
 pub mod error;
 pub mod http;
-pub mod http_jobs;
-pub mod process;
 pub mod shutdown;
 pub mod store;
 pub mod telemetry;

@@ -22,23 +22,20 @@
 //! upload that fails stops the run and deletes the job and its results.
 
 use std::collections::BTreeMap;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use colball_proto::puzzle_from_wire;
-use colball_proto::v1::jobs_server::Jobs;
-use colball_proto::v1::{self, submit_request};
+use colball_proto::v1;
 use tokio::sync::{broadcast, mpsc, watch};
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
-use tonic::{Request, Response, Status, Streaming};
+use tonic::Status;
 
 use super::events::BatchEvents;
 use super::policy::Priority;
 use super::state::{NewTask, RequestSpec};
-use super::{Shared, client_of, events};
+use super::{Shared, events};
 use crate::store::{Entry, JobFlags, JobRow, JobState, Store, StoreError};
 
 /// Puzzles of one job admitted to the scheduler at a time.
@@ -96,7 +93,7 @@ impl From<StoreError> for Status {
     }
 }
 
-async fn blocking<T: Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, StoreError> {
     tokio::task::spawn_blocking(f)
@@ -892,24 +889,26 @@ pub fn results_of(
     rx
 }
 
-/// The client-facing job service.
-#[derive(Debug)]
-pub struct JobsService {
-    pub shared: Arc<Shared>,
-}
-
-type ResultStream = Pin<Box<dyn Stream<Item = Result<v1::PuzzleResult, Status>> + Send>>;
-
 fn not_found(id: &str) -> Status {
     Status::not_found(format!(
         "no job {id:?}: it does not exist, was deleted, or belongs to another client"
     ))
 }
 
-impl JobsService {
-    async fn owned(&self, id: &str, client: &str) -> Result<JobRow, Status> {
-        owned(&self.shared, id, client).await
+/// Cancels a job (found with [`owned`]) unless it has finished, and
+/// returns it as it is now.
+pub async fn cancel_job(shared: &Arc<Shared>, row: JobRow) -> Result<JobRow, Status> {
+    if !row.state.finished() {
+        if let Some((_, run)) = shared.runs.remove(&row.seq) {
+            run.cancel.cancel();
+        }
+        let store = shared.store.clone();
+        let seq = row.seq;
+        blocking(move || store.set_state(seq, JobState::Cancelled, "", events::unix_ms())).await?;
     }
+    let store = shared.store.clone();
+    let seq = row.seq;
+    Ok(blocking(move || store.job(seq)).await?.unwrap_or(row))
 }
 
 /// Cancels a job of `client` if needed and deletes it.
@@ -933,102 +932,6 @@ pub async fn owned(shared: &Arc<Shared>, id: &str, client: &str) -> Result<JobRo
     match row {
         Some(row) if row.owner == client && row.state != JobState::Receiving => Ok(row),
         _ => Err(not_found(id)),
-    }
-}
-
-#[tonic::async_trait]
-impl Jobs for JobsService {
-    async fn submit(
-        &self,
-        request: Request<Streaming<v1::SubmitRequest>>,
-    ) -> Result<Response<v1::JobAccepted>, Status> {
-        let client = client_of(&request);
-        let mut inbound = request.into_inner();
-        let first = inbound.message().await?;
-        let Some(v1::SubmitRequest {
-            kind: Some(submit_request::Kind::Options(options)),
-        }) = first
-        else {
-            return Err(Status::invalid_argument(
-                "field options: the first message of Submit must carry the job's options",
-            ));
-        };
-        let chunks = inbound.map(|m| match m?.kind {
-            Some(submit_request::Kind::Puzzles(chunk)) => Ok(chunk.puzzles),
-            _ => Err(Status::invalid_argument(
-                "field puzzles: only the first message of Submit carries options",
-            )),
-        });
-        let row = submit_job(&self.shared, &client, options, chunks).await?;
-        Ok(Response::new(v1::JobAccepted {
-            id: row.id(),
-            puzzles: row.puzzles,
-            durable: self.shared.store.durable(),
-        }))
-    }
-
-    async fn get(&self, request: Request<v1::JobRef>) -> Result<Response<v1::Job>, Status> {
-        let client = client_of(&request);
-        let row = self.owned(&request.into_inner().id, &client).await?;
-        Ok(Response::new(row.to_wire()))
-    }
-
-    async fn list(
-        &self,
-        request: Request<v1::ListJobsRequest>,
-    ) -> Result<Response<v1::JobList>, Status> {
-        let client = client_of(&request);
-        let store = self.shared.store.clone();
-        let rows = blocking(move || store.list(&client)).await?;
-        Ok(Response::new(v1::JobList {
-            jobs: rows.iter().map(|r| r.to_wire()).collect(),
-        }))
-    }
-
-    async fn cancel(&self, request: Request<v1::JobRef>) -> Result<Response<v1::Job>, Status> {
-        let client = client_of(&request);
-        let row = self.owned(&request.into_inner().id, &client).await?;
-        if !row.state.finished() {
-            if let Some((_, run)) = self.shared.runs.remove(&row.seq) {
-                run.cancel.cancel();
-            }
-            let store = self.shared.store.clone();
-            let seq = row.seq;
-            blocking(move || store.set_state(seq, JobState::Cancelled, "", events::unix_ms()))
-                .await?;
-        }
-        let store = self.shared.store.clone();
-        let seq = row.seq;
-        let row = blocking(move || store.job(seq)).await?.unwrap_or(row);
-        Ok(Response::new(row.to_wire()))
-    }
-
-    async fn delete(
-        &self,
-        request: Request<v1::JobRef>,
-    ) -> Result<Response<v1::DeleteJobResponse>, Status> {
-        let client = client_of(&request);
-        let row = self.owned(&request.into_inner().id, &client).await?;
-        if let Some((_, run)) = self.shared.runs.remove(&row.seq) {
-            run.cancel.cancel();
-        }
-        let store = self.shared.store.clone();
-        let seq = row.seq;
-        blocking(move || store.delete(seq)).await?;
-        Ok(Response::new(v1::DeleteJobResponse {}))
-    }
-
-    type ResultsStream = ResultStream;
-
-    async fn results(
-        &self,
-        request: Request<v1::ResultsRequest>,
-    ) -> Result<Response<ResultStream>, Status> {
-        let client = client_of(&request);
-        let request = request.into_inner();
-        let row = self.owned(&request.id, &client).await?;
-        let rx = results_of(&self.shared, row, request.from_index, request.follow);
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
 

@@ -19,6 +19,9 @@
 //! headers). `/`, `/metrics`, `/healthz` and `/readyz` stay open: they
 //! carry no puzzle data.
 
+pub mod jobs;
+pub mod process;
+
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -74,7 +77,7 @@ struct App {
 }
 
 fn router(shared: Arc<Shared>, shutdown: CancellationToken) -> Router {
-    let jobs = crate::http_jobs::router(shared.clone());
+    let jobs = jobs::router(shared.clone());
     let app = App { shared, shutdown };
     let api = Router::new()
         .route("/api/status", get(status))
@@ -341,7 +344,7 @@ async fn metrics(State(app): State<App>, headers: HeaderMap) -> Response {
 /// full stop: prometheus-client adds one.
 pub fn encode_metrics(shared: &Shared, format: MetricsFormat) -> Result<String, std::fmt::Error> {
     let mut root = Registry::default();
-    register_process(&mut root, &crate::process::read());
+    register_process(&mut root, &process::read());
     colball_metrics(shared, root.sub_registry_with_prefix("colball"));
     let mut body = String::new();
     encode(&mut body, &root)?;
@@ -352,7 +355,7 @@ pub fn encode_metrics(shared: &Shared, format: MetricsFormat) -> Result<String, 
 }
 
 /// The standard `process_*` families, those that could be read.
-fn register_process(registry: &mut Registry, p: &crate::process::ProcessStats) {
+fn register_process(registry: &mut Registry, p: &process::ProcessStats) {
     if let Some(v) = p.cpu_seconds {
         let c = Counter::<f64, AtomicU64>::default();
         c.inc_by(v);

@@ -23,8 +23,9 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use super::policy::Priority;
-use super::{Admitted, Caller, SolverService, client_of, expire_at, grpc_timeout, priority};
+use super::solver::{Admitted, Caller, SolverService, priority};
+use super::{client_of, expire_at, grpc_timeout};
+use crate::coordinator::policy::Priority;
 use crate::error::ServerError;
 
 /// The stream of a Grade call.

@@ -1,0 +1,276 @@
+//! The coordinator's settings: every default, and the one place they are
+//! checked ([`Config::validate`]). The binary's flags take their defaults
+//! from [`Config::default`] and convert into a `Config`; nothing else
+//! checks or clamps them.
+
+use std::time::Duration;
+
+use colball_proto::Secret;
+
+use super::events;
+use super::policy::Credit;
+use super::state::{self, Limits};
+#[cfg(test)]
+use super::{Shared, StartError};
+
+/// Coordinator settings. `Config::default()` suits one machine.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Most results admitted and not yet read by their clients, over all
+    /// clients (queued, in flight, solved and unread).
+    pub max_pending: usize,
+    /// Most puzzles in one request.
+    pub max_batch: usize,
+    /// Results one request may leave unread before its remaining tasks
+    /// wait for its client to read.
+    pub max_unread: usize,
+    /// Dispatches of one puzzle before it gets an error result.
+    pub max_attempts: u32,
+    /// Tasks a worker may hold per slot: 2 lets each solver thread have the
+    /// next puzzle at hand while it solves one, so no thread idles for a
+    /// network round trip; a slow worker still holds only twice its slots.
+    pub credit_per_slot: u32,
+    /// Most slots one worker may register.
+    pub max_worker_slots: u32,
+    /// Most tasks in one assignment message.
+    pub max_chunk: usize,
+    /// How often workers send heartbeats.
+    pub heartbeat_interval: Duration,
+    /// Heartbeat intervals of silence after which a worker is lost.
+    pub missed_heartbeats: u32,
+    /// Longest a worker may hold one task before it counts as stuck.
+    pub task_timeout: Duration,
+    /// How long a request waits for a first worker before UNAVAILABLE.
+    pub worker_grace: Duration,
+    /// How long a worker whose answer failed the check may not register
+    /// again.
+    pub quarantine: Duration,
+    /// Fraction of answers re-solved on another worker to catch answers
+    /// that replay but are not optimal (0: none; 1: every puzzle twice).
+    pub audit_rate: f64,
+    /// Entries of the result cache (0 turns it off).
+    pub cache_capacity: usize,
+    /// Time for in-flight requests to finish after shutdown begins.
+    pub drain_timeout: Duration,
+    /// Cluster events kept for watchers that resume from a sequence number.
+    pub events_retained: usize,
+    /// Most requests (batches or single puzzles) in flight per client
+    /// (0: no limit); see [`per_client`].
+    pub max_batches_per_client: usize,
+    /// The token clients must send (`Solver`), named `default`; `None`
+    /// (and no tokens file): anyone may call.
+    pub client_token: Option<Secret>,
+    /// A file of `name token` lines: more client tokens, each naming its
+    /// client for fair sharing and limits. Read again on
+    /// [`Shared::reload_tokens`] (SIGHUP in the binary).
+    pub client_tokens_file: Option<std::path::PathBuf>,
+    /// The token workers must send (`Workers`); `None`: anyone may join.
+    pub worker_token: Option<Secret>,
+    /// TLS for the gRPC port; `None`: plaintext.
+    pub tls: Option<tonic::transport::ServerTlsConfig>,
+    /// Where the job store lives (`None`: in memory, lost on restart).
+    pub data_dir: Option<std::path::PathBuf>,
+    /// Most puzzles in one job.
+    pub max_job_puzzles: usize,
+    /// Finished jobs are deleted this long after they finished.
+    pub job_retention: Duration,
+    /// Most bytes the job store may take before `Submit` is refused
+    /// (`None`: no limit).
+    pub max_store_bytes: Option<u64>,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            max_pending: 1_000_000,
+            max_batch: 200_000,
+            max_unread: 16_384,
+            max_attempts: 3,
+            credit_per_slot: 2,
+            max_worker_slots: 256,
+            max_chunk: 1024,
+            heartbeat_interval: Duration::from_secs(1),
+            missed_heartbeats: 3,
+            task_timeout: Duration::from_secs(30),
+            worker_grace: Duration::from_secs(10),
+            quarantine: Duration::from_secs(600),
+            audit_rate: 0.01,
+            cache_capacity: 1_000_000,
+            drain_timeout: Duration::from_secs(10),
+            events_retained: events::DEFAULT_RETAINED,
+            max_batches_per_client: 64,
+            client_token: None,
+            client_tokens_file: None,
+            worker_token: None,
+            tls: None,
+            data_dir: None,
+            max_job_puzzles: 10_000_000,
+            job_retention: Duration::from_secs(168 * 3600),
+            max_store_bytes: None,
+        }
+    }
+}
+
+/// A setting out of its range: what is wrong, naming the setting (and the
+/// command-line flag that sets it).
+#[derive(Debug, thiserror::Error)]
+pub struct ConfigError {
+    pub field: &'static str,
+    /// The flag of `colball-server coordinator` ("" for a setting that has
+    /// none).
+    pub flag: &'static str,
+    pub problem: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.flag.is_empty() {
+            write!(f, "Config::{}: {}", self.field, self.problem)
+        } else {
+            write!(
+                f,
+                "{} (Config::{}): {}",
+                self.flag, self.field, self.problem
+            )
+        }
+    }
+}
+
+impl Config {
+    /// Checks every setting's range; the one place the coordinator's
+    /// settings are checked (the binary only converts its flags).
+    /// [`Shared::new`] refuses a config that fails.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |field, flag, problem: String| {
+            Err(ConfigError {
+                field,
+                flag,
+                problem,
+            })
+        };
+        let at_least_one = [
+            (self.max_batch, "max_batch", "--max-batch"),
+            (self.max_pending, "max_pending", "--max-pending"),
+            (self.max_unread, "max_unread", "--max-unread"),
+            (self.max_chunk, "max_chunk", ""),
+            (self.max_job_puzzles, "max_job_puzzles", "--max-job-puzzles"),
+            (self.credit_per_slot as usize, "credit_per_slot", ""),
+            (
+                self.max_worker_slots as usize,
+                "max_worker_slots",
+                "--max-worker-slots",
+            ),
+            (self.missed_heartbeats as usize, "missed_heartbeats", ""),
+        ];
+        for (value, field, flag) in at_least_one {
+            if value == 0 {
+                return bad(field, flag, "must be at least 1, not 0".into());
+            }
+        }
+        if !(1..=state::MAX_ATTEMPTS).contains(&self.max_attempts) {
+            return bad(
+                "max_attempts",
+                "--max-attempts",
+                format!(
+                    "must be 1 to {}, not {}",
+                    state::MAX_ATTEMPTS,
+                    self.max_attempts
+                ),
+            );
+        }
+        if self.heartbeat_interval < Duration::from_millis(10) {
+            return bad(
+                "heartbeat_interval",
+                "--heartbeat-ms",
+                format!(
+                    "must be at least 10 ms, not {} ms",
+                    self.heartbeat_interval.as_millis()
+                ),
+            );
+        }
+        if self.task_timeout.is_zero() {
+            return bad(
+                "task_timeout",
+                "--task-timeout-secs",
+                "must be more than 0".into(),
+            );
+        }
+        if !(0.0..=1.0).contains(&self.audit_rate) {
+            return bad(
+                "audit_rate",
+                "--audit-rate",
+                format!("must be between 0 and 1, not {}", self.audit_rate),
+            );
+        }
+        Ok(())
+    }
+
+    /// The state machine's limits (from a validated config).
+    pub(super) fn limits(&self) -> Limits {
+        Limits {
+            max_pending: self.max_pending,
+            max_attempts: self.max_attempts,
+            credit: Credit::new(self.credit_per_slot),
+            max_chunk: self.max_chunk,
+            max_unread: self.max_unread,
+            max_worker_slots: self.max_worker_slots,
+            task_timeout: self.task_timeout,
+            silence_timeout: self.heartbeat_interval * self.missed_heartbeats,
+            worker_grace: self.worker_grace,
+            quarantine: self.quarantine,
+            audit_rate: self.audit_rate,
+            max_audits: 10_000,
+            cache_results: self.cache_capacity > 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+
+    #[test]
+    fn a_config_is_checked_in_one_place_naming_what_is_wrong() {
+        assert!(Config::default().validate().is_ok());
+        type Spoil = fn(&mut Config);
+        let cases: [(Spoil, &str); 7] = [
+            (|c| c.max_attempts = 0, "--max-attempts"),
+            (|c| c.max_attempts = 70_000, "--max-attempts"),
+            (|c| c.max_batch = 0, "--max-batch"),
+            (|c| c.max_unread = 0, "--max-unread"),
+            (|c| c.audit_rate = f64::NAN, "--audit-rate"),
+            (
+                |c| c.heartbeat_interval = Duration::from_millis(1),
+                "--heartbeat-ms",
+            ),
+            (|c| c.credit_per_slot = 0, "Config::credit_per_slot"),
+        ];
+        for (spoil, named) in cases {
+            let mut config = Config::default();
+            spoil(&mut config);
+            let e = config.validate().expect_err(named).to_string();
+            assert!(e.contains(named), "{e}");
+        }
+        // The coordinator refuses to start on one.
+        let config = Config {
+            max_attempts: 0,
+            ..Config::default()
+        };
+        let refused = Shared::new(config, CancellationToken::new()).map(drop);
+        assert!(matches!(refused, Err(StartError::Config(_))));
+    }
+
+    #[test]
+    fn a_worker_config_is_checked_before_dialling() {
+        let mut config = crate::worker::Config::new("http://127.0.0.1:1");
+        assert!(config.validate().is_ok());
+        config.backoff_initial = config.backoff_max * 2;
+        assert!(config.validate().is_err());
+        config = crate::worker::Config::new("http://127.0.0.1:1");
+        config.name = " ".into();
+        let e = config.validate().unwrap_err().to_string();
+        assert!(e.contains("--name"), "{e}");
+    }
+}

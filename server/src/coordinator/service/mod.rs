@@ -1,0 +1,300 @@
+//! The gRPC services, served on one listener by [`serve`]: the
+//! client-facing `colball.v1.Solver` ([`solver`], with `Grade` in
+//! [`grade`]) and `colball.v1.Jobs` ([`jobs`]), the worker-facing
+//! `colball.v1.Workers` ([`workers`]), `grpc.health.v1` and server
+//! reflection. Each turns calls into operations on the [`Shared`] driver
+//! and adds no policy of its own.
+
+mod grade;
+mod jobs;
+mod solver;
+mod workers;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use colball_proto::MAX_MESSAGE_BYTES;
+use colball_proto::v1;
+use colball_proto::v1::solver_server::SolverServer;
+use colball_proto::v1::workers_server::WorkersServer;
+use tokio::net::TcpListener;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tonic::Request;
+use tonic::service::interceptor::InterceptedService;
+
+use super::{Config, Shared, StartError, housekeeping};
+use crate::auth::{self, Identity, Role};
+use solver::SolverService;
+use workers::WorkersService;
+
+/// Serves until `shutdown` is cancelled, then ends every stream and waits
+/// up to `drain_timeout` for connections to close.
+pub async fn run(
+    listener: TcpListener,
+    config: Config,
+    shutdown: CancellationToken,
+) -> Result<(), RunError> {
+    let shared = Shared::new(config, shutdown.clone())?;
+    serve(listener, shared, shutdown).await?;
+    Ok(())
+}
+
+/// Why the coordinator could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Start(#[from] StartError),
+    #[error(transparent)]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Serves the services of `shared` on `listener` until `shutdown`.
+pub async fn serve(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+) -> Result<(), tonic::transport::Error> {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "coordinator listening");
+    }
+    let housekeeping = tokio::spawn(housekeeping(shared.clone()));
+    let writer_rx = shared
+        .writer_rx
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    if let Some(rx) = writer_rx {
+        // The writer ends with the process (its sender lives in `shared`).
+        tokio::spawn(super::jobs::writer(shared.clone(), rx));
+        shared.spawn(
+            tracing::info_span!("jobs"),
+            super::jobs::resume(shared.clone()),
+        );
+        shared.spawn(
+            tracing::info_span!("jobs"),
+            super::jobs::retention(shared.clone()),
+        );
+    }
+    let drain_timeout = shared.config.drain_timeout;
+    // When the drain ends: `drain_timeout` after the shutdown began.
+    let drain_until = Arc::new(std::sync::OnceLock::new());
+    let closer = {
+        let shared = shared.clone();
+        let shutdown = shutdown.clone();
+        let drain_until = drain_until.clone();
+        async move {
+            shutdown.cancelled().await;
+            let _ = drain_until.set(tokio::time::Instant::now() + drain_timeout);
+            tracing::info!("coordinator shutting down");
+            shared.run(|s| ((), s.shutdown()));
+            shared.workers.send_replace(0);
+        }
+    };
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = shared.config.tls.clone() {
+        builder = builder.tls_config(tls)?;
+    }
+    let client_auth = auth::check_clients(shared.tokens.clone());
+    let worker_auth = auth::check(shared.config.worker_token.clone(), Role::Worker);
+    let solver = SolverServer::new(SolverService {
+        shared: shared.clone(),
+    })
+    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let job_service = v1::jobs_server::JobsServer::new(jobs::JobsService {
+        shared: shared.clone(),
+    })
+    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let workers = WorkersServer::new(WorkersService {
+        shared: shared.clone(),
+    })
+    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    // Health stays open (probes carry no token); reflection describes the
+    // client API, so it asks for the client token like the API itself.
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health_initial(&health).await;
+    let health_task = tokio::spawn(report_health(shared.clone(), health));
+    let (reflection_v1, reflection_v1alpha) = reflection();
+    let server = builder
+        .http2_keepalive_interval(Some(Duration::from_secs(10)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .add_service(InterceptedService::new(solver, client_auth.clone()))
+        .add_service(InterceptedService::new(job_service, client_auth.clone()))
+        .add_service(InterceptedService::new(workers, worker_auth))
+        .add_service(health_service)
+        .add_optional_service(
+            reflection_v1.map(|r| InterceptedService::new(r, client_auth.clone())),
+        )
+        .add_optional_service(
+            reflection_v1alpha.map(|r| InterceptedService::new(r, client_auth.clone())),
+        )
+        .serve_with_incoming_shutdown(
+            TcpListenerStream::new(listener).map(|s| {
+                s.inspect(|s| {
+                    // Small replies must not wait for a delayed ACK.
+                    let _ = s.set_nodelay(true);
+                })
+            }),
+            closer,
+        );
+    tokio::pin!(server);
+    let result = tokio::select! {
+        r = &mut server => r,
+        () = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep(drain_timeout).await;
+        } => {
+            tracing::warn!("drain timeout passed; closing remaining connections");
+            Ok(())
+        }
+    };
+    // The requests', jobs' and sessions' own tasks end with their streams;
+    // what is still running at the deadline is dropped with the runtime.
+    shared.tasks.close();
+    let until = drain_until
+        .get()
+        .copied()
+        .unwrap_or_else(|| tokio::time::Instant::now() + drain_timeout);
+    if tokio::time::timeout_at(until, shared.tasks.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            tasks = shared.tasks.len(),
+            "drain timeout passed with tasks still running"
+        );
+    }
+    housekeeping.abort();
+    health_task.abort();
+    result
+}
+
+/// gRPC server reflection (v1, and v1alpha for older tools) over the
+/// colball and health services, so grpcurl and other generic clients can
+/// list and call them without the `.proto` files.
+fn reflection() -> (
+    Option<
+        tonic_reflection::server::v1::ServerReflectionServer<
+            impl tonic_reflection::server::v1::ServerReflection,
+        >,
+    >,
+    Option<
+        tonic_reflection::server::v1alpha::ServerReflectionServer<
+            impl tonic_reflection::server::v1alpha::ServerReflection,
+        >,
+    >,
+) {
+    let builder = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(colball_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let warn = |e: tonic_reflection::server::Error| {
+        tracing::error!(error = %e, "server reflection disabled: bad descriptor set");
+    };
+    (
+        builder().build_v1().map_err(warn).ok(),
+        builder().build_v1alpha().map_err(warn).ok(),
+    )
+}
+
+fn service_names() -> (&'static str, &'static str) {
+    (
+        <SolverServer<SolverService> as tonic::server::NamedService>::NAME,
+        <WorkersServer<WorkersService> as tonic::server::NamedService>::NAME,
+    )
+}
+
+/// The statuses before the first worker: set before serving, so no early
+/// health check finds a service unknown.
+async fn health_initial(health: &tonic_health::server::HealthReporter) {
+    use tonic_health::ServingStatus::{NotServing, Serving};
+    let (solver, workers) = service_names();
+    health.set_service_status(workers, Serving).await;
+    health.set_service_status(solver, NotServing).await;
+}
+
+/// Keeps `grpc.health.v1` in step with the cluster: the server (service
+/// `""`) and `colball.v1.Workers` serve while the coordinator runs;
+/// `colball.v1.Solver` serves only while at least one worker is connected
+/// (like `/readyz`). Everything turns NOT_SERVING at shutdown.
+async fn report_health(shared: Arc<Shared>, mut health: tonic_health::server::HealthReporter) {
+    use tonic_health::ServingStatus::{NotServing, Serving};
+    let (solver, workers) = service_names();
+    let mut count = shared.workers.subscribe();
+    let mut last = None;
+    loop {
+        let ready = *count.borrow_and_update() > 0 && !shared.shutdown.is_cancelled();
+        // The count is republished on every housekeeping tick; health
+        // watchers hear only real changes.
+        if last != Some(ready) {
+            last = Some(ready);
+            health
+                .set_service_status(solver, if ready { Serving } else { NotServing })
+                .await;
+        }
+        tokio::select! {
+            changed = count.changed() => if changed.is_err() { break },
+            () = shared.shutdown.cancelled() => break,
+        }
+    }
+    for service in ["", solver, workers] {
+        health.set_service_status(service, NotServing).await;
+    }
+    // Dropping the statuses ends every health Watch stream, so health
+    // watchers do not hold the shutdown up until the drain timeout.
+    for service in ["", solver, workers] {
+        health.clear_service_status(service).await;
+    }
+}
+/// The client a call counts for: its token's name, or its IP address.
+fn client_of<T>(request: &Request<T>) -> String {
+    if let Some(Identity(name)) = request.extensions().get::<Identity>() {
+        return name.to_string();
+    }
+    request
+        .remote_addr()
+        .map_or_else(|| "unknown".to_string(), |a| a.ip().to_string())
+}
+/// Completes when `deadline` passes; never without one.
+async fn expire_at(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Reads the `grpc-timeout` header (`<digits><unit>`, unit one of H M S m u n).
+fn grpc_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
+    let text = metadata.get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_parse() {
+        let mut m = tonic::metadata::MetadataMap::new();
+        m.insert("grpc-timeout", "250m".parse().unwrap());
+        assert_eq!(grpc_timeout(&m), Some(Duration::from_millis(250)));
+        m.insert("grpc-timeout", "3S".parse().unwrap());
+        assert_eq!(grpc_timeout(&m), Some(Duration::from_secs(3)));
+        m.insert("grpc-timeout", "x".parse().unwrap());
+        assert_eq!(grpc_timeout(&m), None);
+    }
+}

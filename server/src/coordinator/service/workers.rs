@@ -1,0 +1,161 @@
+//! `colball.v1.Workers`: one session stream per worker, from its
+//! registration (checked: protocol version, slots, quarantine) to its loss.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use colball_proto::PROTOCOL_VERSION;
+use colball_proto::v1::{self, coordinator_message, worker_message, workers_server::Workers};
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::coordinator::state::{self, LossReason};
+use crate::coordinator::{Link, Shared};
+use crate::error::ServerError;
+
+type SessionStream = Pin<Box<dyn Stream<Item = Result<v1::CoordinatorMessage, Status>> + Send>>;
+
+/// The worker-facing service.
+#[derive(Debug)]
+pub(super) struct WorkersService {
+    pub(super) shared: Arc<Shared>,
+}
+
+#[tonic::async_trait]
+impl Workers for WorkersService {
+    type SessionStream = SessionStream;
+
+    async fn session(
+        &self,
+        request: Request<Streaming<v1::WorkerMessage>>,
+    ) -> Result<Response<SessionStream>, Status> {
+        let peer = request.remote_addr();
+        let mut inbound = request.into_inner();
+        let first = tokio::time::timeout(Duration::from_secs(10), inbound.message())
+            .await
+            .map_err(|_| ServerError::BadSession("no register message within 10s".into()))?
+            .map_err(|s| ServerError::BadSession(s.message().to_string()))?;
+        let Some(v1::WorkerMessage {
+            kind: Some(worker_message::Kind::Register(register)),
+        }) = first
+        else {
+            return Err(
+                ServerError::BadSession("the first message must be register".into()).into(),
+            );
+        };
+        if register.protocol_version != PROTOCOL_VERSION {
+            tracing::warn!(peer = %crate::telemetry::addr(peer), name = %register.name, version = register.protocol_version, "worker refused: protocol version mismatch");
+            return Err(ServerError::VersionMismatch {
+                worker: register.protocol_version,
+                coordinator: PROTOCOL_VERSION,
+            }
+            .into());
+        }
+        let shared = self.shared.clone();
+        let mut name: String = register.name.chars().take(64).collect();
+        if name.is_empty() {
+            name = "worker".to_string();
+        }
+        // Credit bounds what is ever queued on this stream: assignments
+        // for at most the worker's credit, their cancels, and the greeting.
+        let (tx, rx) = mpsc::unbounded_channel();
+        let worker = shared.next_worker.fetch_add(1, Ordering::Relaxed);
+        let greeting = v1::CoordinatorMessage {
+            kind: Some(coordinator_message::Kind::Registered(v1::Registered {
+                worker_id: state::shown_name(&name, worker),
+                heartbeat_interval_ms: shared.config.heartbeat_interval.as_millis() as u32,
+                max_tasks: u32::try_from(shared.config.limits().credit.max_tasks(register.slots))
+                    .unwrap_or(u32::MAX),
+            })),
+        };
+        // The greeting goes first, before any assignment.
+        let _ = tx.send(Ok(greeting));
+        let stop = CancellationToken::new();
+        shared.links.insert(
+            worker,
+            Link {
+                tx,
+                stop: stop.clone(),
+            },
+        );
+        let ip = peer.map(|p| p.ip());
+        let registered =
+            shared.run(
+                |s| match s.register(worker, &name, ip, register.slots, Instant::now()) {
+                    Ok(effects) => (Ok(()), effects),
+                    Err(e) => (Err(e), Vec::new()),
+                },
+            );
+        if let Err(e) = registered {
+            shared.links.remove(&worker);
+            tracing::warn!(peer = %crate::telemetry::addr(peer), %name, error = %e, "worker refused");
+            return Err(ServerError::from(e).into());
+        }
+        tracing::info!(peer = %crate::telemetry::addr(peer), %name, slots = register.slots, worker, "worker joined");
+        let span = tracing::info_span!("worker", worker, %name);
+        shared
+            .clone()
+            .spawn(span, session_loop(shared, worker, inbound, stop));
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
+    }
+}
+
+/// Reads one worker's messages until its stream ends, the state closes its
+/// session, or the coordinator shuts down.
+async fn session_loop(
+    shared: Arc<Shared>,
+    worker: u64,
+    mut inbound: Streaming<v1::WorkerMessage>,
+    stop: CancellationToken,
+) {
+    let reason = loop {
+        let message = tokio::select! {
+            m = inbound.message() => m,
+            () = stop.cancelled() => {
+                // The state closed this session; its stream ends with a
+                // status saying why. Dropping the worker's half now could
+                // reset the call before that status is sent, so keep
+                // reading (and ignoring) for a moment, until the worker
+                // hangs up.
+                let linger = async { while let Ok(Some(_)) = inbound.message().await {} };
+                let _ = tokio::time::timeout(Duration::from_secs(5), linger).await;
+                return;
+            }
+            () = shared.shutdown.cancelled() => break LossReason::Shutdown,
+        };
+        let message = match message {
+            Ok(Some(m)) => m,
+            Ok(None) | Err(_) => break LossReason::Disconnected,
+        };
+        let now = Instant::now();
+        match message.kind {
+            Some(worker_message::Kind::Heartbeat(h)) => {
+                shared.run(|s| {
+                    s.heartbeat(worker, h.cache, now);
+                    ((), Vec::new())
+                });
+            }
+            None => shared.run(|s| {
+                s.heartbeat(worker, None, now);
+                ((), Vec::new())
+            }),
+            Some(worker_message::Kind::Draining(_)) => {
+                tracing::info!(worker, "worker draining");
+                shared.run(|s| ((), s.drain(worker, now)));
+            }
+            Some(worker_message::Kind::Results(batch)) => {
+                shared.run(|s| ((), s.results(worker, batch.results, now)));
+            }
+            Some(worker_message::Kind::Register(_)) => {
+                tracing::warn!(worker, "worker registered twice; ignored");
+            }
+        }
+    };
+    shared.run(|s| ((), s.worker_lost(worker, reason, Instant::now())));
+    shared.links.remove(&worker);
+}
