@@ -12,7 +12,8 @@ use colball_proto::v1::{self, puzzle_result};
 use colball_solver::format::{Format, classic, jsonl};
 use tokio_stream::StreamExt;
 
-use crate::{OutputFormat, PriorityArg, SecurityArgs, read_input};
+use super::args::{OutputFormat, PriorityArg, SecurityArgs};
+use super::input::read_input;
 
 #[derive(Args, Debug)]
 pub struct JobArgs {
