@@ -10,11 +10,11 @@
 //! earlier case is done. The channel is bounded, so a slow consumer slows the
 //! workers instead of buffering without limit.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
+use colball_proto::order::InOrder;
 use colball_solver::{Engine, Method, Puzzle, Solution, Solver};
 
 /// One solved case.
@@ -72,15 +72,13 @@ pub fn solve_in_order<E>(
             });
         }
         drop(tx);
-        let mut pending = BTreeMap::new();
-        let mut want = 0;
+        let mut pending = InOrder::new();
         // The receiver moves into this loop, so returning drops it: a
         // worker blocked in `send` on a full channel then gets an error
         // and ends, and the scope can join them.
         for solved in rx {
-            pending.insert(solved.index, solved);
-            while let Some(solved) = pending.remove(&want) {
-                want += 1;
+            pending.insert(solved.index as u64, solved);
+            while let Some(solved) = pending.pop() {
                 if let Err(e) = on_result(solved) {
                     // Stop the workers: they see the counter past the end.
                     next.store(puzzles.len(), Ordering::Relaxed);

@@ -16,6 +16,7 @@ use thiserror::Error;
 
 pub mod auth;
 pub mod grade;
+pub mod order;
 pub mod reason;
 pub mod tls;
 pub mod work;

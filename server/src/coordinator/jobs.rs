@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use colball_proto::order::InOrder;
 use colball_proto::puzzle_from_wire;
 use colball_proto::v1;
 use tokio::sync::{broadcast, mpsc, watch};
@@ -674,8 +675,7 @@ fn shutdown_status() -> Status {
 /// let go when full).
 #[derive(Clone, Debug)]
 struct Ahead {
-    next: u64,
-    early: BTreeMap<u64, v1::PuzzleResult>,
+    order: InOrder<v1::PuzzleResult>,
     scan: Option<u64>,
     cap: usize,
 }
@@ -684,8 +684,7 @@ impl Ahead {
     /// From `next`, just subscribed: what is already stored is scanned.
     fn new(next: u64, cap: usize) -> Ahead {
         Ahead {
-            next,
-            early: BTreeMap::new(),
+            order: InOrder::starting_at(next),
             scan: Some(next),
             cap,
         }
@@ -693,9 +692,12 @@ impl Ahead {
 
     /// The next result due, if it is here.
     fn pop(&mut self) -> Option<v1::PuzzleResult> {
-        let r = self.early.remove(&self.next)?;
-        self.next += 1;
-        Some(r)
+        self.order.pop()
+    }
+
+    /// The index of the next result due.
+    fn next(&self) -> u64 {
+        self.order.next()
     }
 
     /// Where to read the store from now, if it should be read: while there
@@ -703,8 +705,8 @@ impl Ahead {
     /// next result due (which makes room for itself).
     fn scan_from(&self) -> Option<u64> {
         self.scan
-            .filter(|&at| self.early.len() < self.cap || at <= self.next)
-            .map(|at| at.max(self.next))
+            .filter(|&at| self.order.held() < self.cap || at <= self.next())
+            .map(|at| at.max(self.next()))
     }
 
     /// What a read from [`Self::scan_from`] found, in index order, at most
@@ -729,12 +731,8 @@ impl Ahead {
     /// in the store, to be read once there is room (`next`, the nearest,
     /// always stays).
     fn keep(&mut self, r: v1::PuzzleResult) {
-        if r.index < self.next {
-            return;
-        }
-        self.early.entry(r.index).or_insert(r);
-        if self.early.len() > self.cap {
-            if let Some((far, _)) = self.early.pop_last() {
+        if self.order.insert(r.index, r) && self.order.held() > self.cap {
+            if let Some((far, _)) = self.order.pop_furthest() {
                 self.scan = Some(self.scan.map_or(far, |at| at.min(far)));
             }
         }
@@ -743,7 +741,7 @@ impl Ahead {
     /// Groups may have gone by unseen (lagged, or a long quiet): the store
     /// is read again from the next result due.
     fn missed(&mut self) {
-        self.scan = Some(self.next);
+        self.scan = Some(self.next());
     }
 }
 
@@ -777,7 +775,7 @@ pub fn results_of(
                         return;
                     }
                 }
-                next = ahead.next;
+                next = ahead.next();
                 if next >= row.puzzles {
                     return;
                 }
@@ -1053,8 +1051,8 @@ mod tests {
                         }
                     }
                 }
-                prop_assert!(ahead.early.len() <= cap, "{} held ahead", ahead.early.len());
-                prop_assert_eq!(ahead.next, emitted.len() as u64);
+                prop_assert!(ahead.order.held() <= cap, "{} held ahead", ahead.order.held());
+                prop_assert_eq!(ahead.next(), emitted.len() as u64);
                 prop_assert!(emitted.iter().enumerate().all(|(i, &e)| e == i as u64 && stored.contains(&e)));
                 // Nothing stored and due would wait, were the follower to
                 // settle now (on a copy: the run goes on unsettled).

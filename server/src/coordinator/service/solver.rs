@@ -1,11 +1,11 @@
 //! `colball.v1.Solver`: `Solve`, `SolveBatch` and `Watch` (and `Grade`,
 //! in [`super::grade`]).
 
-use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::Arc;
 
 use colball_proto::batch_from_wire;
+use colball_proto::order::InOrder;
 use colball_proto::v1::{self, solver_server::Solver};
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
@@ -316,8 +316,7 @@ async fn forward(
         mut events,
         slot,
     } = admitted;
-    let mut held = BTreeMap::new();
-    let mut next = 0u64;
+    let mut held = InOrder::new();
     let mut sent = 0usize;
     let expire = expire_at(deadline);
     tokio::pin!(expire);
@@ -344,12 +343,7 @@ async fn forward(
             for r in results {
                 held.insert(r.index, r);
             }
-            let mut out = Vec::new();
-            while let Some(r) = held.remove(&next) {
-                next += 1;
-                out.push(Ok(r));
-            }
-            out
+            held.ready().map(Ok).collect()
         } else {
             results.into_iter().map(Ok).collect()
         };
