@@ -10,45 +10,23 @@
 //! retained events, and is told clearly (OUT_OF_RANGE) when even those have
 //! moved past it. Publishing never waits for a watcher.
 //!
-//! The log also keeps what the dashboard and `/metrics` show about recent
-//! traffic: the last results and failures, recent solve times, totals by
-//! strategy and by number of moves, the throughput over the last seconds,
-//! and a per-second history of the last minutes (answers, solve-time
-//! percentiles, queue depths by class) for the dashboard's charts.
+//! Every event it records is also counted by the [traffic
+//! statistics](super::traffic) (the dashboard's figures and the traffic
+//! totals of `/metrics`), under the same lock: a group of results is one
+//! step of both, and the figures match the sequence numbers.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use colball_proto::v1::{self, cluster_event::Kind, puzzle_result};
-use prometheus_client::metrics::histogram::Histogram;
-use serde::Serialize;
 use tokio::sync::broadcast;
+
+pub use super::traffic::{History, MovesCount, Recent, Traffic};
+use super::traffic::{TrafficMetrics, TrafficStats};
 
 /// Events retained for resuming watchers by default.
 pub const DEFAULT_RETAINED: usize = 100_000;
-/// Recent results and failures kept for the dashboard.
-const RECENT: usize = 20;
-/// Recent solve times kept for the dashboard's percentiles.
-const RECENT_TIMES: usize = 1024;
-/// Seconds of per-second history kept for the dashboard's charts.
-pub const HISTORY_SECS: i64 = 300;
-/// The window of the throughput figure: the current second and the four
-/// before it.
-const RATE_SECS: i64 = 5;
-/// Solve times kept per second of history for its percentiles (the first
-/// ones of the second beyond that).
-const TIMES_PER_SECOND: usize = 4096;
-
-/// Upper bounds, in seconds, of the solve-time histogram's buckets: from
-/// 10 us (small boards) to 1 s (the slowest 4x4 pairs take tens of ms).
-fn latency_buckets() -> impl Iterator<Item = f64> {
-    [
-        1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0,
-    ]
-    .into_iter()
-}
-
 /// A retained range did not contain the requested resume point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -60,192 +38,13 @@ pub struct Gone {
     pub newest: u64,
 }
 
-/// A result or failure as the dashboard lists it.
-#[derive(Clone, Debug, Serialize)]
-pub struct Recent {
-    pub unix_ms: i64,
-    pub id: String,
-    pub text: String,
-}
-
-/// Totals and recent traffic for the dashboard and `/metrics`.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Traffic {
-    /// Results by how they were answered: a worker strategy (`cache` is
-    /// a worker's solver cache), `result_cache` (the coordinator's result
-    /// cache) or `shared` (the answer of the same puzzle pending for
-    /// another request, solved once for both).
-    pub by_strategy: BTreeMap<String, u64>,
-    /// Error results (invalid puzzles, puzzles the cluster gave up on).
-    pub errors: u64,
-    pub results: Vec<Recent>,
-    pub failures: Vec<Recent>,
-    /// Median and 99th percentile of recent worker solve times, in us.
-    pub p50_us: u64,
-    pub p99_us: u64,
-    pub newest_sequence: u64,
-    /// Answers per second over the last [`RATE_SECS`] seconds (or since
-    /// the log was created, when that is shorter).
-    pub throughput: f64,
-    /// Answers by their number of moves (-1: unreachable), cached ones
-    /// included.
-    pub by_moves: Vec<MovesCount>,
-}
-
-/// How many answers had a number of moves.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct MovesCount {
-    pub moves: i64,
-    pub count: u64,
-}
-
-/// The last minutes, one entry per whole second from `start_unix_s` (the
-/// current, unfinished second is left out): answers, percentiles of the
-/// worker solve times of that second (`None` without any), and the queue
-/// depth by class at its end.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct History {
-    pub start_unix_s: i64,
-    pub answered: Vec<u64>,
-    pub p50_us: Vec<Option<u64>>,
-    pub p99_us: Vec<Option<u64>>,
-    pub queued_interactive: Vec<u64>,
-    pub queued_normal: Vec<u64>,
-    pub queued_bulk: Vec<u64>,
-}
-
-/// One second of history.
-#[derive(Debug)]
-struct Second {
-    unix_s: i64,
-    answered: u64,
-    /// Solve times while the second is the newest; empty once closed.
-    times_us: Vec<u64>,
-    p50_us: Option<u64>,
-    p99_us: Option<u64>,
-    /// The queue depths last seen in this second.
-    queued: [u64; 3],
-}
-
-impl Second {
-    fn close(&mut self) {
-        if self.times_us.is_empty() {
-            return;
-        }
-        self.times_us.sort_unstable();
-        self.p50_us = Some(percentile(&self.times_us, 50));
-        self.p99_us = Some(percentile(&self.times_us, 99));
-        self.times_us = Vec::new();
-    }
-}
-
-/// The `p`th percentile of sorted, non-empty `times`.
-fn percentile(times: &[u64], p: usize) -> u64 {
-    times[(times.len() * p / 100).min(times.len() - 1)]
-}
-
 #[derive(Debug)]
 struct Inner {
     next: u64,
     next_batch: u64,
     retained: VecDeque<Arc<v1::ClusterEvent>>,
     capacity: usize,
-    by_strategy: BTreeMap<String, u64>,
-    errors: u64,
-    /// The newest result events, formatted only when the dashboard asks
-    /// (a busy coordinator publishes far more than anyone reads).
-    results: VecDeque<Arc<v1::ClusterEvent>>,
-    failures: VecDeque<Recent>,
-    times_us: VecDeque<u64>,
-    created_ms: i64,
-    /// Per-second history, oldest first, only seconds with something in.
-    seconds: VecDeque<Second>,
-    /// The queue depths now, and at the end of the newest second dropped
-    /// from the history.
-    depths: [u64; 3],
-    depths_before: [u64; 3],
-    by_moves: BTreeMap<i64, u64>,
-}
-
-impl Inner {
-    /// The history entry of the second holding `now_ms`, closing older
-    /// ones and dropping those beyond [`HISTORY_SECS`]. A clock that went
-    /// back counts as the newest second.
-    fn second(&mut self, now_ms: i64) -> &mut Second {
-        let now_s = now_ms.div_euclid(1000);
-        self.advance(now_s);
-        if self.seconds.back().is_none_or(|b| b.unix_s < now_s) {
-            self.seconds.push_back(Second {
-                unix_s: now_s,
-                answered: 0,
-                times_us: Vec::new(),
-                p50_us: None,
-                p99_us: None,
-                queued: self.depths,
-            });
-        }
-        self.seconds.back_mut().expect("just pushed")
-    }
-
-    /// Closes the seconds before `now_s` and drops those too old to keep.
-    fn advance(&mut self, now_s: i64) {
-        if let Some(back) = self.seconds.back_mut().filter(|b| b.unix_s < now_s) {
-            back.close();
-        }
-        while let Some(front) = self.seconds.front() {
-            if front.unix_s > now_s - HISTORY_SECS {
-                break;
-            }
-            self.depths_before = front.queued;
-            self.seconds.pop_front();
-        }
-    }
-
-    fn throughput(&self, now_ms: i64) -> f64 {
-        let now_s = now_ms.div_euclid(1000);
-        let first = now_s - (RATE_SECS - 1);
-        let answers: u64 = self
-            .seconds
-            .iter()
-            .rev()
-            .take_while(|s| s.unix_s >= first)
-            .map(|s| s.answered)
-            .sum();
-        let since = (first * 1000).max(self.created_ms);
-        // At least a second, so the first answers of a fresh coordinator
-        // do not read as a burst.
-        let span_ms = (now_ms - since).max(1000);
-        answers as f64 * 1000.0 / span_ms as f64
-    }
-
-    fn history(&mut self, now_ms: i64) -> History {
-        let now_s = now_ms.div_euclid(1000);
-        self.advance(now_s);
-        let start = (now_s - HISTORY_SECS).max(self.created_ms.div_euclid(1000));
-        let mut h = History {
-            start_unix_s: start,
-            ..History::default()
-        };
-        let mut depths = self.depths_before;
-        let mut kept = self.seconds.iter().peekable();
-        for second in start..now_s {
-            while kept.next_if(|k| k.unix_s < second).is_some() {}
-            let (answered, p50, p99) = match kept.next_if(|k| k.unix_s == second) {
-                Some(k) => {
-                    depths = k.queued;
-                    (k.answered, k.p50_us, k.p99_us)
-                }
-                None => (0, None, None),
-            };
-            h.answered.push(answered);
-            h.p50_us.push(p50);
-            h.p99_us.push(p99);
-            h.queued_interactive.push(depths[0]);
-            h.queued_normal.push(depths[1]);
-            h.queued_bulk.push(depths[2]);
-        }
-        h
-    }
+    traffic: TrafficStats,
 }
 
 /// See the module documentation.
@@ -253,7 +52,6 @@ impl Inner {
 pub struct EventLog {
     inner: Mutex<Inner>,
     live: broadcast::Sender<Arc<v1::ClusterEvent>>,
-    latency: Histogram,
 }
 
 /// Where a new watcher starts: the retained events it asked for, then the
@@ -281,19 +79,9 @@ impl EventLog {
                 next_batch: 1,
                 retained: VecDeque::new(),
                 capacity: capacity.max(1),
-                by_strategy: BTreeMap::new(),
-                errors: 0,
-                results: VecDeque::new(),
-                failures: VecDeque::new(),
-                times_us: VecDeque::new(),
-                created_ms: unix_ms(),
-                seconds: VecDeque::new(),
-                depths: [0; 3],
-                depths_before: [0; 3],
-                by_moves: BTreeMap::new(),
+                traffic: TrafficStats::new(unix_ms()),
             }),
             live: broadcast::channel(4096).0,
-            latency: Histogram::new(latency_buckets()),
         }
     }
 
@@ -333,31 +121,12 @@ impl EventLog {
 
     /// One event, under the lock.
     fn record(&self, inner: &mut Inner, kind: Kind, now: i64) {
-        if let Kind::QueueDepth(d) = &kind {
-            inner.depths = [d.interactive, d.normal, d.bulk];
-            inner.second(now).queued = [d.interactive, d.normal, d.bulk];
-        }
-        if let Kind::WorkerLost(w) = &kind {
-            push(
-                &mut inner.failures,
-                Recent {
-                    unix_ms: now,
-                    id: w.name.clone(),
-                    text: format!(
-                        "worker {} lost ({}): {} puzzles re-dispatched",
-                        w.name, w.reason, w.redispatched
-                    ),
-                },
-            );
-        }
         let event = Arc::new(v1::ClusterEvent {
             sequence: inner.next,
             unix_ms: now,
             kind: Some(kind),
         });
-        if let Some(Kind::Result(r)) = &event.kind {
-            self.account(inner, r, &event, now);
-        }
+        inner.traffic.observe(&event);
         inner.next += 1;
         if inner.retained.len() == inner.capacity {
             inner.retained.pop_front();
@@ -366,57 +135,6 @@ impl EventLog {
         // Sent under the lock so live order is sequence order. No receiver
         // is not an error.
         let _ = self.live.send(event);
-    }
-
-    fn account(
-        &self,
-        inner: &mut Inner,
-        r: &v1::ResultEvent,
-        event: &Arc<v1::ClusterEvent>,
-        now: i64,
-    ) {
-        let Some(result) = &r.result else { return };
-        match &result.outcome {
-            Some(puzzle_result::Outcome::Solved(s)) => {
-                let how = match (s.cached, s.shared) {
-                    (true, true) => "shared",
-                    (true, false) => "result_cache",
-                    (false, _) => s.strategy.as_str(),
-                };
-                match inner.by_strategy.get_mut(how) {
-                    Some(n) => *n += 1,
-                    None => {
-                        inner.by_strategy.insert(how.to_string(), 1);
-                    }
-                }
-                *inner.by_moves.entry(s.moves).or_default() += 1;
-                let second = inner.second(now);
-                second.answered += 1;
-                if !s.cached && second.times_us.len() < TIMES_PER_SECOND {
-                    second.times_us.push(s.time_us);
-                }
-                if !s.cached {
-                    self.latency.observe(s.time_us as f64 / 1e6);
-                    if inner.times_us.len() == RECENT_TIMES {
-                        inner.times_us.pop_front();
-                    }
-                    inner.times_us.push_back(s.time_us);
-                }
-                push(&mut inner.results, event.clone());
-            }
-            Some(puzzle_result::Outcome::Error(e)) => {
-                inner.errors += 1;
-                push(
-                    &mut inner.failures,
-                    Recent {
-                        unix_ms: now,
-                        id: result.id.clone(),
-                        text: e.message.clone(),
-                    },
-                );
-            }
-            None => {}
-        }
     }
 
     /// Starts a watcher: from `from` (retained events first), or from now.
@@ -448,78 +166,18 @@ impl EventLog {
 
     fn traffic_at(&self, now: i64) -> Traffic {
         let inner = self.lock();
-        let mut times: Vec<u64> = inner.times_us.iter().copied().collect();
-        times.sort_unstable();
-        let pct = |p: usize| {
-            if times.is_empty() {
-                0
-            } else {
-                percentile(&times, p)
-            }
-        };
-        Traffic {
-            throughput: inner.throughput(now),
-            by_moves: inner
-                .by_moves
-                .iter()
-                .map(|(&moves, &count)| MovesCount { moves, count })
-                .collect(),
-            by_strategy: inner.by_strategy.clone(),
-            errors: inner.errors,
-            results: inner
-                .results
-                .iter()
-                .rev()
-                .filter_map(|e| recent_result(e))
-                .collect(),
-            failures: inner.failures.iter().rev().cloned().collect(),
-            p50_us: pct(50),
-            p99_us: pct(99),
-            newest_sequence: inner.next - 1,
-        }
+        inner.traffic.snapshot(now, inner.next - 1)
     }
 
     /// The last minutes, second by second, for the dashboard's charts.
     pub fn history(&self) -> History {
-        self.lock().history(unix_ms())
+        self.lock().traffic.history(unix_ms())
     }
 
-    /// The histogram of worker solve times, in seconds.
-    pub fn latency(&self) -> Histogram {
-        self.latency.clone()
+    /// The traffic totals `/metrics` exports (long-lived families).
+    pub fn metrics(&self) -> TrafficMetrics {
+        self.lock().traffic.metrics()
     }
-}
-
-/// A result event as the dashboard lists it.
-fn recent_result(event: &v1::ClusterEvent) -> Option<Recent> {
-    let Some(Kind::Result(r)) = &event.kind else {
-        return None;
-    };
-    let result = r.result.as_ref()?;
-    let Some(puzzle_result::Outcome::Solved(s)) = &result.outcome else {
-        return None;
-    };
-    let text = if s.cached {
-        format!("{} moves (cached)", s.moves)
-    } else {
-        format!(
-            "{} moves by {} ({}, {} us)",
-            s.moves, s.worker, s.strategy, s.time_us
-        )
-    };
-    Some(Recent {
-        unix_ms: event.unix_ms,
-        id: result.id.clone(),
-        text,
-    })
-}
-
-/// Appends to a ring of the newest [`RECENT`] items.
-fn push<T>(ring: &mut VecDeque<T>, item: T) {
-    if ring.len() == RECENT {
-        ring.pop_front();
-    }
-    ring.push_back(item);
 }
 
 fn since(inner: &Inner, from: u64) -> Result<Vec<Arc<v1::ClusterEvent>>, Gone> {
@@ -654,6 +312,7 @@ fn progress_step(total: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::coordinator::traffic::{HISTORY_SECS, RECENT};
 
     fn joined(n: u64) -> Kind {
         Kind::WorkerJoined(v1::WorkerJoined {
@@ -716,7 +375,7 @@ mod tests {
     /// A log created at `t0` (ms since the epoch).
     fn log_at(t0: i64) -> EventLog {
         let log = EventLog::new(100);
-        log.lock().created_ms = t0;
+        log.lock().traffic.created_ms = t0;
         log
     }
 
@@ -759,7 +418,7 @@ mod tests {
         // Nothing in the second second; the queue drains in the third.
         log.publish_at(depth(1, 0, 0), t0 + 2100);
         log.publish_at(solved(4, 9, false), t0 + 2200);
-        let h = log.lock().history(t0 + 4500);
+        let h = log.lock().traffic.history(t0 + 4500);
         assert_eq!(h.start_unix_s, t0 / 1000);
         assert_eq!(h.answered, [101, 0, 1, 0]);
         assert_eq!(h.p50_us, [Some(51), None, Some(9), None]);
@@ -785,12 +444,16 @@ mod tests {
         // Only the last HISTORY_SECS seconds are kept; the depths carry
         // over from the seconds dropped.
         let later = t0 + (HISTORY_SECS + 10) * 1000;
-        let h = log.lock().history(later);
+        let h = log.lock().traffic.history(later);
         assert_eq!(h.answered.len(), HISTORY_SECS as usize);
         assert_eq!(h.start_unix_s, later / 1000 - HISTORY_SECS);
         assert!(h.answered.iter().all(|&n| n == 0));
         assert!(h.queued_interactive.iter().all(|&n| n == 1));
-        assert_eq!(log.lock().seconds.len(), 0, "nothing older is kept");
+        assert_eq!(
+            log.lock().traffic.seconds_kept(),
+            0,
+            "nothing older is kept"
+        );
     }
 
     #[test]

@@ -42,6 +42,7 @@ pub mod policy;
 mod service;
 pub mod state;
 mod tasks;
+pub mod traffic;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
