@@ -554,7 +554,7 @@ pub async fn submit_job(
     let mut unsealed = Unsealed {
         shared: shared.clone(),
         seq,
-        sealed: false,
+        settled: false,
     };
     let limit = shared.config.max_job_puzzles;
     let mut upload = Upload {
@@ -614,7 +614,7 @@ pub async fn submit_job(
     }
     let store = shared.store.clone();
     let row = blocking(move || store.seal(seq, events::unix_ms())).await?;
-    unsealed.sealed = true;
+    unsealed.settled = true;
     tracing::info!(job = %row.id(), puzzles = upload.puzzles, client, %priority, "job accepted");
     if let Some(run) = shared.runs.get(&seq) {
         upload.sealed = true;
@@ -630,13 +630,15 @@ pub async fn submit_job(
 struct Unsealed {
     shared: Arc<Shared>,
     seq: i64,
-    sealed: bool,
+    /// Nothing is left for the guard to do: the job was sealed, or
+    /// abandoned by the upload that deletes it.
+    settled: bool,
 }
 
 impl Unsealed {
     /// Stops the job's run (the caller deletes the job).
     fn abandon(&mut self) {
-        self.sealed = true;
+        self.settled = true;
         if let Some((_, run)) = self.shared.runs.remove(&self.seq) {
             run.cancel.cancel();
         }
@@ -645,7 +647,7 @@ impl Unsealed {
 
 impl Drop for Unsealed {
     fn drop(&mut self) {
-        if self.sealed {
+        if self.settled {
             return;
         }
         self.abandon();
