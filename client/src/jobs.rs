@@ -124,6 +124,25 @@ impl Jobs {
             id: id.to_string(),
             from_index: from,
             follow,
+            key: String::new(),
+        };
+        let stream = self.inner.results(request).await?.into_inner();
+        Ok(stream.map(|r| r.map_err(ClientError::Status)))
+    }
+
+    /// Follows the results, from the first, of the job being submitted
+    /// with `key` (`JobOptions.key`), while its puzzles are still being
+    /// sent.
+    pub async fn results_by_key(
+        &mut self,
+        key: &str,
+    ) -> Result<impl Stream<Item = Result<v1::PuzzleResult, ClientError>> + use<>, ClientError>
+    {
+        let request = v1::ResultsRequest {
+            key: key.to_string(),
+            from_index: 0,
+            follow: true,
+            ..v1::ResultsRequest::default()
         };
         let stream = self.inner.results(request).await?.into_inner();
         Ok(stream.map(|r| r.map_err(ClientError::Status)))
@@ -304,6 +323,19 @@ struct Follower<'a> {
 type ResultStream =
     std::pin::Pin<Box<dyn Stream<Item = Result<v1::PuzzleResult, ClientError>> + Send>>;
 
+/// The next item of a stream that may be absent (never, then).
+async fn next_of<S: Stream + Unpin>(stream: &mut Option<S>) -> Option<S::Item> {
+    match stream {
+        Some(s) => s.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A job key for one submission: 32 random hex digits.
+fn fresh_key() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
 /// Why a call on the coordinator did not go through.
 enum Break {
     /// The connection (or the coordinator) went away: try again.
@@ -338,6 +370,8 @@ impl Follower<'_> {
             // Someone waits: no worker is an error, as for a batch.
             fail_without_workers: true,
             any_order: false,
+            // Results are read as the puzzles go up (see `early`).
+            key: fresh_key(),
         };
         // Whether the coordinator answers at all: a failure of the probe is
         // not a break to ride out but a wrong URL, port or scheme. It runs
@@ -346,8 +380,9 @@ impl Follower<'_> {
         let mut probe = self.jobs.clone();
         let (probed, first) = tokio::join!(
             probe.probe(),
-            self.jobs.submit_with(self.puzzles, options.clone())
+            self.early(options.clone(), &list, &mut on_result)
         );
+        let first = first?;
         if first.is_err() {
             if let Err(e) = probed {
                 return Err(match Break::from(e) {
@@ -359,12 +394,19 @@ impl Follower<'_> {
             }
         }
         // Submit; a submission cut short was not acknowledged, and is made
-        // again in full.
+        // again in full (under a new key; its results are read from the
+        // next one due).
         let mut first = Some(first);
         let (id, durable) = loop {
             let submitted = match first.take() {
                 Some(outcome) => outcome,
-                None => self.jobs.submit_with(self.puzzles, options.clone()).await,
+                None => {
+                    let options = v1::JobOptions {
+                        key: fresh_key(),
+                        ..options.clone()
+                    };
+                    self.jobs.submit_with(self.puzzles, options).await
+                }
             };
             match submitted {
                 Ok(accepted) => break (accepted.id, accepted.durable),
@@ -413,6 +455,54 @@ impl Follower<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The first submission, with the job's results read by its key at
+    /// the same time, from the first, as they come: the results passed on
+    /// while the puzzles go up, then the submission's outcome. Reading by
+    /// key stops at its first failure (the submission's outcome decides
+    /// what follows; the job's results are read on by id from the next
+    /// one due).
+    async fn early<E>(
+        &mut self,
+        options: v1::JobOptions,
+        list: &[Puzzle],
+        on_result: &mut impl FnMut(RemoteSolved) -> Result<(), E>,
+    ) -> Result<Result<v1::JobAccepted, ClientError>, SolveError<E>> {
+        let total = self.puzzles.len() as u64;
+        let mut reader = self.jobs.clone();
+        let key = options.key.clone();
+        let submit = self.jobs.submit_with(self.puzzles, options);
+        tokio::pin!(submit);
+        let results = async { reader.results_by_key(&key).await.ok() };
+        tokio::pin!(results);
+        let mut stream = None;
+        let mut opened = false;
+        loop {
+            tokio::select! {
+                outcome = &mut submit => return Ok(outcome),
+                s = &mut results, if !opened => {
+                    opened = true;
+                    stream = s;
+                }
+                item = next_of(&mut stream), if stream.is_some() => match item {
+                    Some(Ok(r)) if r.index == self.next && self.next < total => {
+                        let solved = remote::convert(r, list)?;
+                        self.next += 1;
+                        on_result(solved).map_err(SolveError::Output)?;
+                    }
+                    Some(Ok(r)) => {
+                        return Err(ClientError::Protocol(format!(
+                            "result {} arrived when {} was due",
+                            r.index, self.next
+                        ))
+                        .into());
+                    }
+                    // Ended or broken: the submission's outcome decides.
+                    Some(Err(_)) | None => stream = None,
+                },
+            }
+        }
     }
 
     /// NOT_FOUND for the job being followed means the coordinator lost it.

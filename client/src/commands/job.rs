@@ -179,6 +179,7 @@ async fn submit(
         name: name.to_string(),
         fail_without_workers: false,
         any_order,
+        key: String::new(),
     };
     let accepted = jobs.submit_with(&puzzles, options).await?;
     eprintln!(

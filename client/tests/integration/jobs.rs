@@ -164,3 +164,75 @@ async fn an_any_order_job_gives_every_result_once_resumable_from_a_count() {
     );
     cluster.shutdown().await;
 }
+
+/// `solve --connect` runs a job and reads its results while its puzzles
+/// are still going up: when the first result reaches the output, the job
+/// is not acknowledged yet (its owner's list, which shows acknowledged
+/// jobs only, is empty), and every answer matches an in-process search.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connected_solve_prints_results_while_its_puzzles_are_still_going_up() {
+    use colball_client::jobs::{self, JobRun, Jobs};
+    use colball_client::remote::Security;
+    use colball_solver::generate::Generator;
+    use colball_solver::{BidirSearch, Size};
+
+    let cluster = LocalCluster::start(Config::default(), 1, 2).await.unwrap();
+    let url = cluster.url();
+    // Enough puzzles that sending them takes far longer than solving the
+    // first window.
+    let mut g = Generator::new(29);
+    let size = Size::new(2, 2).unwrap();
+    let puzzles: Vec<_> = (0..300_000)
+        .map(|i| (format!("p{i}"), g.uniform(size)))
+        .collect();
+    let mut search = BidirSearch::new();
+    let answers: Vec<i64> = puzzles[..2000]
+        .iter()
+        .map(|(_, p)| search.solve(p).answer())
+        .collect();
+    let outcome = tokio::task::spawn_blocking(move || {
+        let mut listed_at_first = None;
+        let mut got = Vec::new();
+        let run = JobRun::default();
+        let solved = jobs::solve_in_order(
+            &url,
+            &Security::default(),
+            &run,
+            &puzzles,
+            &mut |_| {},
+            |solved| {
+                if listed_at_first.is_none() {
+                    // Another thread, another runtime: this one is busy
+                    // running the solve, which waits meanwhile.
+                    let url = url.clone();
+                    let listed = std::thread::spawn(move || {
+                        let rt = tokio::runtime::Runtime::new().unwrap();
+                        rt.block_on(async {
+                            let mut jobs = Jobs::connect(&url, &Security::default()).await?;
+                            jobs.list().await
+                        })
+                    })
+                    .join()
+                    .unwrap();
+                    listed_at_first = Some(listed.map(|l| l.len()));
+                }
+                if got.len() < 2000 {
+                    got.push(solved.solution.answer());
+                }
+                Ok::<(), std::convert::Infallible>(())
+            },
+        );
+        (solved.is_ok(), listed_at_first, got)
+    })
+    .await
+    .unwrap();
+    let (ok, listed_at_first, got) = outcome;
+    assert!(ok);
+    assert_eq!(got, answers);
+    assert_eq!(
+        listed_at_first.map(|l| l.ok()),
+        Some(Some(0)),
+        "the first result came after the job was acknowledged"
+    );
+    cluster.shutdown().await;
+}

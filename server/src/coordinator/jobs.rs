@@ -28,6 +28,8 @@ use std::time::Duration;
 use colball_proto::order::InOrder;
 use colball_proto::puzzle_from_wire;
 use colball_proto::v1;
+use dashmap::DashMap;
+use dashmap::mapref::entry::Entry as KeyEntry;
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
@@ -54,6 +56,8 @@ pub struct Run {
     stored: watch::Sender<u64>,
     live: broadcast::Sender<Live>,
     upload: watch::Sender<Upload>,
+    /// The job's key, held while the run lives.
+    _key: Option<KeyHold>,
 }
 
 /// How far a job's upload is: its puzzles stored so far, of which how many
@@ -285,7 +289,7 @@ pub async fn resume(shared: Arc<Shared>) {
                     valid: row.puzzles,
                     sealed: true,
                 };
-                start(&shared, row.seq, row.solved + row.errors, upload);
+                start(&shared, row.seq, row.solved + row.errors, upload, None);
             }
         }
         Err(e) => tracing::error!(error = %e, "cannot read unfinished jobs"),
@@ -294,8 +298,9 @@ pub async fn resume(shared: Arc<Shared>) {
 
 /// Starts running job `seq`, of which `stored` results are stored and
 /// `upload` puzzles.
-fn start(shared: &Arc<Shared>, seq: i64, stored: u64, upload: Upload) {
+fn start(shared: &Arc<Shared>, seq: i64, stored: u64, upload: Upload, key: Option<KeyHold>) {
     let run = Run {
+        _key: key,
         cancel: CancellationToken::new(),
         stored: watch::channel(stored).0,
         live: broadcast::channel(LIVE_GROUPS).0,
@@ -536,6 +541,9 @@ pub async fn submit_job(
     if options.name.len() > 256 {
         return Err(Status::invalid_argument("field name: at most 256 bytes"));
     }
+    if !options.key.is_empty() {
+        check_key(&options.key, "options.key")?;
+    }
     let wire_priority = match priority {
         Priority::Interactive => v1::Priority::Interactive,
         Priority::Normal => v1::Priority::Normal,
@@ -555,7 +563,19 @@ pub async fn submit_job(
         shared: shared.clone(),
         seq,
         settled: false,
+        key: None,
     };
+    if !options.key.is_empty() {
+        match take_key(shared, client, &options.key, seq) {
+            Ok(hold) => unsealed.key = Some(hold),
+            Err(status) => {
+                unsealed.abandon();
+                let store = shared.store.clone();
+                let _ = blocking(move || store.delete(seq)).await;
+                return Err(status);
+            }
+        }
+    }
     let limit = shared.config.max_job_puzzles;
     let mut upload = Upload {
         puzzles: 0,
@@ -591,7 +611,7 @@ pub async fn submit_job(
             upload.valid += valid;
             if count == 0 {
                 // The run starts with the first chunk.
-                start(shared, seq, n - valid, upload);
+                start(shared, seq, n - valid, upload, unsealed.key.take());
             } else {
                 if let Some(run) = shared.runs.get(&seq) {
                     run.upload.send_replace(upload);
@@ -633,6 +653,8 @@ struct Unsealed {
     /// Nothing is left for the guard to do: the job was sealed, or
     /// abandoned by the upload that deletes it.
     settled: bool,
+    /// The job's key until its run holds it.
+    key: Option<KeyHold>,
 }
 
 impl Unsealed {
@@ -761,6 +783,9 @@ pub fn results_of(
     shared.clone().spawn(span, async move {
         let seq = row.seq;
         let mut next = from;
+        // The job's size, once its submission is sealed (a job followed
+        // by its key while it is submitted grows until then).
+        let mut total = (row.state != JobState::Receiving).then_some(row.puzzles);
         // Set once the job has ended: what is stored is read to its end,
         // a batch at a time, and the stream ends.
         let mut ended = false;
@@ -778,8 +803,13 @@ pub fn results_of(
                     }
                 }
                 next = ahead.next();
-                if next >= row.puzzles {
-                    return;
+                match at_end(&shared, seq, &mut total, next).await {
+                    Ok(false) => {}
+                    Ok(true) => return,
+                    Err(status) => {
+                        let _ = tx.send(Err(status)).await;
+                        return;
+                    }
                 }
                 if let Some(from) = ahead.scan_from() {
                     let store = shared.store.clone();
@@ -838,8 +868,13 @@ pub fn results_of(
             next += got as u64;
             // Every result read: the stream ends now, not after one more
             // (gathering) read.
-            if next >= row.puzzles {
-                return;
+            match at_end(&shared, seq, &mut total, next).await {
+                Ok(false) => {}
+                Ok(true) => return,
+                Err(status) => {
+                    let _ = tx.send(Err(status)).await;
+                    return;
+                }
             }
             if got > 0 {
                 continue;
@@ -887,6 +922,134 @@ pub fn results_of(
         }
     });
     rx
+}
+
+/// Whether a follower at `next` has every result of job `seq`: learns the
+/// job's size once its submission is sealed; an error once a job followed
+/// while it was submitted is gone (its submission was cut short).
+async fn at_end(
+    shared: &Arc<Shared>,
+    seq: i64,
+    total: &mut Option<u64>,
+    next: u64,
+) -> Result<bool, Status> {
+    if total.is_none() {
+        let upload = shared.runs.get(&seq).map(|run| *run.upload.borrow());
+        *total = match upload {
+            Some(upload) => upload.sealed.then_some(upload.puzzles),
+            None => {
+                let store = shared.store.clone();
+                match blocking(move || store.job(seq)).await? {
+                    None => return Err(cut_short()),
+                    Some(row) if row.state == JobState::Receiving => None,
+                    Some(row) => Some(row.puzzles),
+                }
+            }
+        };
+    }
+    if !total.is_some_and(|t| next >= t) {
+        return Ok(false);
+    }
+    // Every result is out: the stream ends once the job is marked done
+    // (just after its last results are stored), so that a client that
+    // asks next finds it DONE.
+    let live = shared.runs.get(&seq).map(|run| run.live.subscribe());
+    if let Some(mut live) = live {
+        let ended = async {
+            while !matches!(live.recv().await, Err(broadcast::error::RecvError::Closed)) {}
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(2), ended).await;
+    }
+    Ok(true)
+}
+
+fn cut_short() -> Status {
+    Status::aborted(
+        "the job's submission was cut short before it was sealed; nothing of it is kept: submit it again",
+    )
+}
+
+/// How long `Results` by key waits for the submission to begin.
+const KEY_WAIT: Duration = Duration::from_secs(10);
+
+/// Checks a job key (`JobOptions.key`, `ResultsRequest.key`).
+pub fn check_key(key: &str, field: &str) -> Result<(), Status> {
+    let ok = (1..=64).contains(&key.len())
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(Status::invalid_argument(format!(
+            "field {field}: 1 to 64 letters, digits, '-' or '_'"
+        )))
+    }
+}
+
+/// The job of `client` submitted with `key`, being submitted or run:
+/// waits up to [`KEY_WAIT`] for a submission that has not begun yet.
+pub async fn keyed(shared: &Arc<Shared>, key: &str, client: &str) -> Result<JobRow, Status> {
+    check_key(key, "key")?;
+    let wanted = (client.to_string(), key.to_string());
+    let found = tokio::time::timeout(KEY_WAIT, async {
+        loop {
+            let notified = shared.keys_changed.notified();
+            if let Some(seq) = shared.job_keys.get(&wanted).map(|s| *s) {
+                return seq;
+            }
+            notified.await;
+        }
+    })
+    .await;
+    let gone = || Status::not_found(format!("no job with key {key:?} is being submitted or run"));
+    let seq = found.map_err(|_| gone())?;
+    let store = shared.store.clone();
+    match blocking(move || store.job(seq)).await? {
+        Some(row) if row.owner == client => Ok(row),
+        _ => Err(gone()),
+    }
+}
+
+/// Job keys (`JobOptions.key`) of the jobs being submitted or run, by
+/// owner and key.
+pub type JobKeys = Arc<DashMap<(String, String), i64>>;
+
+/// A job's hold on its key: while its submission or its run lives (the
+/// upload's guard holds it, then the run); dropping it frees the key.
+#[derive(Debug)]
+pub struct KeyHold {
+    keys: JobKeys,
+    key: (String, String),
+    seq: i64,
+}
+
+impl Drop for KeyHold {
+    fn drop(&mut self) {
+        self.keys.remove_if(&self.key, |_, held| *held == self.seq);
+    }
+}
+
+/// Names job `seq` of `client` by `key`; ALREADY_EXISTS while another job
+/// of the client holds the key.
+fn take_key(shared: &Arc<Shared>, client: &str, key: &str, seq: i64) -> Result<KeyHold, Status> {
+    let named = (client.to_string(), key.to_string());
+    match shared.job_keys.entry(named.clone()) {
+        KeyEntry::Occupied(_) => {
+            return Err(Status::already_exists(format!(
+                "field key: a job of this client with key {key:?} is being submitted or run"
+            )));
+        }
+        KeyEntry::Vacant(free) => {
+            free.insert(seq);
+        }
+    }
+    shared.keys_changed.notify_waiters();
+    Ok(KeyHold {
+        keys: shared.job_keys.clone(),
+        key: named,
+        seq,
+    })
 }
 
 fn not_found(id: &str) -> Status {

@@ -99,6 +99,10 @@ pub struct Shared {
     /// The job store, the jobs running now, and the store's writer.
     store: Arc<crate::store::Store>,
     runs: DashMap<i64, jobs::Run>,
+    /// The keys of jobs being submitted or run, and a signal when one is
+    /// taken (for `Results` by key).
+    job_keys: jobs::JobKeys,
+    keys_changed: tokio::sync::Notify,
     writer: mpsc::UnboundedSender<jobs::ToWrite>,
     writer_rx: Mutex<Option<mpsc::UnboundedReceiver<jobs::ToWrite>>>,
     /// Every task a request, a job, a watcher or a worker session runs
@@ -133,6 +137,8 @@ impl Shared {
         Ok(Arc::new(Shared {
             store,
             runs: DashMap::new(),
+            job_keys: Default::default(),
+            keys_changed: tokio::sync::Notify::new(),
             tasks: TaskTracker::new(),
             writer,
             writer_rx: Mutex::new(Some(writer_rx)),

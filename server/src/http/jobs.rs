@@ -176,6 +176,7 @@ async fn submit(
         name: q.name,
         fail_without_workers: false,
         any_order,
+        key: String::new(),
     };
     let chunks = tokio_stream::iter([Ok(puzzles)]);
     match jobs::submit_job(&shared, &client, options, chunks).await {

@@ -492,9 +492,20 @@ fn submission(
     tokio::sync::mpsc::Sender<v1::SubmitRequest>,
     tokio::task::JoinHandle<Result<v1::JobAccepted, tonic::Status>>,
 ) {
+    submission_with(url, v1::JobOptions::default())
+}
+
+/// [`submission`] with `options`.
+fn submission_with(
+    url: &str,
+    options: v1::JobOptions,
+) -> (
+    tokio::sync::mpsc::Sender<v1::SubmitRequest>,
+    tokio::task::JoinHandle<Result<v1::JobAccepted, tonic::Status>>,
+) {
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     tx.try_send(v1::SubmitRequest {
-        kind: Some(v1::submit_request::Kind::Options(v1::JobOptions::default())),
+        kind: Some(v1::submit_request::Kind::Options(options)),
     })
     .unwrap();
     let url = url.to_string();
@@ -590,6 +601,98 @@ async fn a_job_is_solved_while_the_rest_of_it_is_still_arriving() {
     let job = jobs.get(&accepted.id).await.unwrap();
     assert_eq!(job.state, v1::JobState::Done as i32);
     assert_eq!((job.solved, job.errors, job.remaining), (100, 1, 0));
+    cluster.shutdown().await;
+}
+
+/// The next message of a result stream, within 10 s.
+async fn within(
+    stream: &mut tonic::Streaming<v1::PuzzleResult>,
+) -> Result<Option<v1::PuzzleResult>, tonic::Status> {
+    tokio::time::timeout(std::time::Duration::from_secs(10), stream.message())
+        .await
+        .expect("a result stream answers within 10 s")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_is_read_by_its_key_while_its_puzzles_are_still_arriving() {
+    let cluster = LocalCluster::start(quick(), 1, 1).await.unwrap();
+    let url = cluster.url();
+    let (puzzles, answers) = mixed(53, 100, 0);
+    let keyed = |key: &str| v1::JobOptions {
+        key: key.into(),
+        ..v1::JobOptions::default()
+    };
+    let by_key = |key: &str| v1::ResultsRequest {
+        key: key.into(),
+        follow: true,
+        ..v1::ResultsRequest::default()
+    };
+    let raw = v1::jobs_client::JobsClient::connect(url.clone())
+        .await
+        .unwrap();
+    // The follower may ask before the submission has begun: it waits.
+    let follower = tokio::spawn({
+        let mut raw = raw.clone();
+        let request = by_key("k-1");
+        async move { raw.results(request).await }
+    });
+    let (tx, call) = submission_with(&url, keyed("k-1"));
+    let mut stream = follower.await.unwrap().unwrap().into_inner();
+    tx.send(chunk(wire(&puzzles[..60]))).await.unwrap();
+    for (i, answer) in answers[..60].iter().enumerate() {
+        let r = within(&mut stream).await.unwrap().expect("a result");
+        assert_eq!((r.index, moves(&r)), (i as u64, *answer));
+    }
+    assert!(!call.is_finished(), "read before the upload was over");
+    // While the job runs, its key is taken.
+    let (tx2, call2) = submission_with(&url, keyed("k-1"));
+    drop(tx2);
+    let refused = call2.await.unwrap().unwrap_err();
+    assert_eq!(refused.code(), Code::AlreadyExists, "{refused:?}");
+    assert!(refused.message().contains("key"), "{refused:?}");
+    tx.send(chunk(wire(&puzzles[60..]))).await.unwrap();
+    drop(tx);
+    let accepted = call.await.unwrap().unwrap();
+    assert_eq!(accepted.puzzles, 100);
+    for (i, answer) in answers.iter().enumerate().skip(60) {
+        let r = within(&mut stream).await.unwrap().expect("a result");
+        assert_eq!((r.index, moves(&r)), (i as u64, *answer));
+    }
+    // The stream ends after the last one, now that the size is known.
+    assert!(within(&mut stream).await.unwrap().is_none());
+
+    // A follower of a submission cut short is told so.
+    let (tx, call) = submission_with(&url, keyed("k-2"));
+    tx.send(chunk(wire(&puzzles[..10]))).await.unwrap();
+    let mut stream = raw
+        .clone()
+        .results(by_key("k-2"))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = within(&mut stream).await.unwrap().expect("a result");
+    assert_eq!(first.index, 0);
+    // A second options message fails the submission.
+    tx.send(v1::SubmitRequest {
+        kind: Some(v1::submit_request::Kind::Options(keyed("k-2"))),
+    })
+    .await
+    .unwrap();
+    let failed = call.await.unwrap().unwrap_err();
+    assert_eq!(failed.code(), Code::InvalidArgument, "{failed:?}");
+    let end = loop {
+        match within(&mut stream).await {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("the stream ended without saying the job is gone"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(end.code(), Code::Aborted, "{end:?}");
+    assert!(end.message().contains("cut short"), "{end:?}");
+    drop(tx);
+    // A malformed key is named as such.
+    let bad = raw.clone().results(by_key("no spaces")).await.unwrap_err();
+    assert_eq!(bad.code(), Code::InvalidArgument, "{bad:?}");
     cluster.shutdown().await;
 }
 

@@ -101,7 +101,11 @@ impl Jobs for JobsService {
     ) -> Result<Response<ResultStream>, Status> {
         let client = client_of(&request);
         let request = request.into_inner();
-        let row = self.owned(&request.id, &client).await?;
+        let row = if request.id.is_empty() && !request.key.is_empty() {
+            jobs::keyed(&self.shared, &request.key, &client).await?
+        } else {
+            self.owned(&request.id, &client).await?
+        };
         let rx = jobs::results_of(&self.shared, row, request.from_index, request.follow);
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
