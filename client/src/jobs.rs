@@ -50,12 +50,18 @@ impl Jobs {
         self.submit_with(puzzles, options).await
     }
 
-    /// [`Self::submit`] with every option.
+    /// [`Self::submit`] with every option (`options.puzzles`, when 0, is
+    /// set to the number of puzzles).
     pub async fn submit_with(
         &mut self,
         puzzles: &[(String, Puzzle)],
-        options: v1::JobOptions,
+        mut options: v1::JobOptions,
     ) -> Result<v1::JobAccepted, ClientError> {
+        // Announced, so that a stream cut short is never sealed as a
+        // smaller job.
+        if options.puzzles == 0 {
+            options.puzzles = puzzles.len() as u64;
+        }
         let mut messages = vec![v1::SubmitRequest {
             kind: Some(submit_request::Kind::Options(options)),
         }];
@@ -372,6 +378,7 @@ impl Follower<'_> {
             any_order: false,
             // Results are read as the puzzles go up (see `early`).
             key: fresh_key(),
+            puzzles: total,
         };
         // Whether the coordinator answers at all: a failure of the probe is
         // not a break to ride out but a wrong URL, port or scheme. It runs

@@ -180,6 +180,7 @@ async fn submit(
         fail_without_workers: false,
         any_order,
         key: String::new(),
+        puzzles: 0,
     };
     let accepted = jobs.submit_with(&puzzles, options).await?;
     eprintln!(

@@ -544,6 +544,12 @@ pub async fn submit_job(
     if !options.key.is_empty() {
         check_key(&options.key, "options.key")?;
     }
+    if options.puzzles > shared.config.max_job_puzzles as u64 {
+        return Err(Status::resource_exhausted(format!(
+            "field options.puzzles: {} puzzles is more than {}, the limit per job (--max-job-puzzles); split it",
+            options.puzzles, shared.config.max_job_puzzles
+        )));
+    }
     let wire_priority = match priority {
         Priority::Interactive => v1::Priority::Interactive,
         Priority::Normal => v1::Priority::Normal,
@@ -586,6 +592,12 @@ pub async fn submit_job(
         while let Some(chunk) = chunks.next().await {
             let chunk = chunk?;
             let count = upload.puzzles;
+            if options.puzzles != 0 && count + chunk.len() as u64 > options.puzzles {
+                return Err(Status::invalid_argument(format!(
+                    "field puzzles: more puzzles than the {} its options announced (field options.puzzles)",
+                    options.puzzles
+                )));
+            }
             if count as usize + chunk.len() > limit {
                 return Err(Status::resource_exhausted(format!(
                     "the job holds more than {limit} puzzles, the limit per job (--max-job-puzzles); split it"
@@ -622,6 +634,12 @@ pub async fn submit_job(
         }
         if upload.puzzles == 0 {
             return Err(Status::invalid_argument("field puzzles: the job holds no puzzle"));
+        }
+        if options.puzzles != 0 && upload.puzzles != options.puzzles {
+            return Err(Status::aborted(format!(
+                "the submission ended after {} of the {} puzzles its options announced (field options.puzzles); nothing of it is kept: submit it again",
+                upload.puzzles, options.puzzles
+            )));
         }
         Ok(())
     }

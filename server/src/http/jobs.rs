@@ -177,6 +177,7 @@ async fn submit(
         fail_without_workers: false,
         any_order,
         key: String::new(),
+        puzzles: 0,
     };
     let chunks = tokio_stream::iter([Ok(puzzles)]);
     match jobs::submit_job(&shared, &client, options, chunks).await {

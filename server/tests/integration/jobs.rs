@@ -697,6 +697,51 @@ async fn a_job_is_read_by_its_key_while_its_puzzles_are_still_arriving() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submission_that_ends_short_of_what_it_announced_is_not_a_job() {
+    let config = Config {
+        max_job_puzzles: 1000,
+        ..quick()
+    };
+    let cluster = LocalCluster::start(config, 1, 1).await.unwrap();
+    let url = cluster.url();
+    let (puzzles, answers) = mixed(59, 20, 0);
+    let announced = |n: u64| v1::JobOptions {
+        puzzles: n,
+        key: "short".into(),
+        ..v1::JobOptions::default()
+    };
+    // Ten of twenty, then the end of the stream: refused, nothing kept.
+    let (tx, call) = submission_with(&url, announced(20));
+    tx.send(chunk(wire(&puzzles[..10]))).await.unwrap();
+    drop(tx);
+    let refused = call.await.unwrap().unwrap_err();
+    assert_eq!(refused.code(), Code::Aborted, "{refused:?}");
+    assert!(refused.message().contains("10 of the 20"), "{refused:?}");
+    // More than announced, and more than the coordinator takes.
+    let (tx, call) = submission_with(&url, announced(5));
+    tx.send(chunk(wire(&puzzles[..10]))).await.unwrap();
+    let refused = call.await.unwrap().unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+    drop(tx);
+    let (tx, call) = submission_with(&url, announced(1001));
+    let refused = call.await.unwrap().unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    drop(tx);
+    let mut jobs = Jobs::connect(&url, &Security::default()).await.unwrap();
+    assert!(jobs.list().await.unwrap().is_empty());
+    // Exactly as announced: a job, and its key was free again.
+    let (tx, call) = submission_with(&url, announced(20));
+    tx.send(chunk(wire(&puzzles[..10]))).await.unwrap();
+    tx.send(chunk(wire(&puzzles[10..]))).await.unwrap();
+    drop(tx);
+    let accepted = call.await.unwrap().unwrap();
+    let results = read(&mut jobs, &accepted.id, 0, true, usize::MAX).await;
+    let got: Vec<i64> = results.iter().map(moves).collect();
+    assert_eq!(got, answers);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_submission_cut_short_stops_its_run_and_leaves_nothing() {
     let dir = std::env::temp_dir().join(format!("colball-jobs-cut-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
