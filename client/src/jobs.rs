@@ -337,6 +337,10 @@ async fn next_of<S: Stream + Unpin>(stream: &mut Option<S>) -> Option<S::Item> {
     }
 }
 
+/// How long a run that failed while its job was being submitted waits
+/// for an acknowledgment already on its way.
+const ACK_GRACE: Duration = Duration::from_millis(200);
+
 /// A job key for one submission: 32 random hex digits.
 fn fresh_key() -> String {
     format!("{:032x}", rand::random::<u128>())
@@ -485,7 +489,7 @@ impl Follower<'_> {
         tokio::pin!(results);
         let mut stream = None;
         let mut opened = false;
-        loop {
+        let failure: SolveError<E> = loop {
             tokio::select! {
                 outcome = &mut submit => return Ok(outcome),
                 s = &mut results, if !opened => {
@@ -494,22 +498,36 @@ impl Follower<'_> {
                 }
                 item = next_of(&mut stream), if stream.is_some() => match item {
                     Some(Ok(r)) if r.index == self.next && self.next < total => {
-                        let solved = remote::convert(r, list)?;
+                        let solved = match remote::convert(r, list) {
+                            Ok(solved) => solved,
+                            Err(e) => break e.into(),
+                        };
                         self.next += 1;
-                        on_result(solved).map_err(SolveError::Output)?;
+                        if let Err(e) = on_result(solved) {
+                            break SolveError::Output(e);
+                        }
                     }
                     Some(Ok(r)) => {
-                        return Err(ClientError::Protocol(format!(
+                        break ClientError::Protocol(format!(
                             "result {} arrived when {} was due",
                             r.index, self.next
                         ))
-                        .into());
+                        .into();
                     }
                     // Ended or broken: the submission's outcome decides.
                     Some(Err(_)) | None => stream = None,
                 },
             }
+        };
+        // The run ends here. An upload still under way is cut short by
+        // dropping it (the coordinator keeps nothing of it); a job sealed
+        // whose acknowledgment is on its way is named, so that the end of
+        // the run cancels it rather than leave it running unowned.
+        drop(stream);
+        if let Ok(Ok(accepted)) = tokio::time::timeout(ACK_GRACE, &mut submit).await {
+            self.job = Some((accepted.id, accepted.durable));
         }
+        Err(failure)
     }
 
     /// NOT_FOUND for the job being followed means the coordinator lost it.

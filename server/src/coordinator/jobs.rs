@@ -591,6 +591,10 @@ pub async fn submit_job(
     let outcome: Result<(), Status> = async {
         while let Some(chunk) = chunks.next().await {
             let chunk = chunk?;
+            if chunk.is_empty() {
+                // Nothing to store (and not the chunk that starts the run).
+                continue;
+            }
             let count = upload.puzzles;
             if options.puzzles != 0 && count + chunk.len() as u64 > options.puzzles {
                 return Err(Status::invalid_argument(format!(
@@ -612,10 +616,14 @@ pub async fn submit_job(
                 })
                 .collect();
             let n = entries.len() as u64;
-            let valid = entries
+            let invalid: Vec<v1::PuzzleResult> = entries
                 .iter()
-                .filter(|e| matches!(e, Entry::Puzzle { .. }))
-                .count() as u64;
+                .filter_map(|e| match e {
+                    Entry::Invalid(r) => Some(r.clone()),
+                    Entry::Puzzle { .. } => None,
+                })
+                .collect();
+            let valid = n - invalid.len() as u64;
             check_room(shared).await?;
             let store = shared.store.clone();
             blocking(move || store.add(seq, count, &entries)).await?;
@@ -627,8 +635,12 @@ pub async fn submit_job(
             } else {
                 if let Some(run) = shared.runs.get(&seq) {
                     run.upload.send_replace(upload);
+                    // Their error results are stored already: followers
+                    // get them as a stored group.
+                    if !invalid.is_empty() {
+                        let _ = run.live.send(Arc::new(invalid));
+                    }
                 }
-                // Invalid puzzles' error results are stored already.
                 stored(shared, seq, n - valid);
             }
         }
@@ -813,6 +825,10 @@ pub fn results_of(
         // Following a running job in input order: the writer's groups as
         // they are stored, and what is ahead of the next result due.
         let mut live: Option<(broadcast::Receiver<Live>, Ahead)> = None;
+        // While following them, the store is read again every half second
+        // whatever the traffic, should a group have gone by unseen.
+        let mut safety = tokio::time::interval(Duration::from_millis(500));
+        safety.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             if let Some((receiver, ahead)) = live.as_mut() {
                 while let Some(r) = ahead.pop() {
@@ -850,7 +866,7 @@ pub fn results_of(
                         Err(broadcast::error::RecvError::Closed) => ended_run = true,
                     },
                     // Should a group go astray, the store has it.
-                    () = tokio::time::sleep(Duration::from_millis(500)) => ahead.missed(),
+                    _ = safety.tick() => ahead.missed(),
                     () = tx.closed() => return,
                     () = shared.shutdown.cancelled() => {
                         let _ = tx.send(Err(shutdown_status())).await;
@@ -905,6 +921,7 @@ pub fn results_of(
             if !any_order {
                 if let Some(run) = shared.runs.get(&seq) {
                     live = Some((run.live.subscribe(), Ahead::new(next, EARLY)));
+                    safety.reset();
                     continue;
                 }
             }

@@ -638,6 +638,8 @@ async fn a_job_is_read_by_its_key_while_its_puzzles_are_still_arriving() {
     });
     let (tx, call) = submission_with(&url, keyed("k-1"));
     let mut stream = follower.await.unwrap().unwrap().into_inner();
+    // An empty chunk first changes nothing.
+    tx.send(chunk(Vec::new())).await.unwrap();
     tx.send(chunk(wire(&puzzles[..60]))).await.unwrap();
     for (i, answer) in answers[..60].iter().enumerate() {
         let r = within(&mut stream).await.unwrap().expect("a result");
@@ -650,13 +652,30 @@ async fn a_job_is_read_by_its_key_while_its_puzzles_are_still_arriving() {
     let refused = call2.await.unwrap().unwrap_err();
     assert_eq!(refused.code(), Code::AlreadyExists, "{refused:?}");
     assert!(refused.message().contains("key"), "{refused:?}");
-    tx.send(chunk(wire(&puzzles[60..]))).await.unwrap();
+    // The rest, with a malformed puzzle first: its error result comes in
+    // its place, while the rest is solved.
+    let mut rest = wire(&puzzles[60..]);
+    rest.insert(
+        0,
+        v1::Puzzle {
+            id: "bad".into(),
+            start: vec!["RRB".into(), "BG".into()],
+            target: vec!["BR".into(), "GB".into()],
+        },
+    );
+    tx.send(chunk(rest)).await.unwrap();
+    let bad = within(&mut stream).await.unwrap().expect("a result");
+    assert_eq!(bad.index, 60);
+    assert!(
+        matches!(bad.outcome, Some(puzzle_result::Outcome::Error(_))),
+        "{bad:?}"
+    );
     drop(tx);
     let accepted = call.await.unwrap().unwrap();
-    assert_eq!(accepted.puzzles, 100);
+    assert_eq!(accepted.puzzles, 101);
     for (i, answer) in answers.iter().enumerate().skip(60) {
         let r = within(&mut stream).await.unwrap().expect("a result");
-        assert_eq!((r.index, moves(&r)), (i as u64, *answer));
+        assert_eq!((r.index, moves(&r)), (i as u64 + 1, *answer));
     }
     // The stream ends after the last one, now that the size is known.
     assert!(within(&mut stream).await.unwrap().is_none());

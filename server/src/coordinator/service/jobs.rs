@@ -101,12 +101,17 @@ impl Jobs for JobsService {
     ) -> Result<Response<ResultStream>, Status> {
         let client = client_of(&request);
         let request = request.into_inner();
-        let row = if request.id.is_empty() && !request.key.is_empty() {
-            jobs::keyed(&self.shared, &request.key, &client).await?
+        // A job read by its key may still be growing: its stream always
+        // follows it to its end.
+        let (row, follow) = if request.id.is_empty() && !request.key.is_empty() {
+            (
+                jobs::keyed(&self.shared, &request.key, &client).await?,
+                true,
+            )
         } else {
-            self.owned(&request.id, &client).await?
+            (self.owned(&request.id, &client).await?, request.follow)
         };
-        let rx = jobs::results_of(&self.shared, row, request.from_index, request.follow);
+        let rx = jobs::results_of(&self.shared, row, request.from_index, follow);
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
