@@ -22,8 +22,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use colball_proto::v1::{self, cluster_event::Kind, puzzle_result};
 use tokio::sync::broadcast;
 
-pub use super::traffic::{History, MovesCount, Recent, Traffic};
-use super::traffic::{TrafficMetrics, TrafficStats};
+use super::traffic::{History, Traffic, TrafficMetrics, TrafficStats};
 
 /// Events retained for resuming watchers by default.
 pub const DEFAULT_RETAINED: usize = 100_000;
@@ -312,7 +311,7 @@ fn progress_step(total: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coordinator::traffic::{HISTORY_SECS, RECENT};
+    use crate::coordinator::traffic::{HISTORY_SECS, MovesCount, RECENT};
 
     fn joined(n: u64) -> Kind {
         Kind::WorkerJoined(v1::WorkerJoined {

@@ -571,17 +571,6 @@ pub async fn submit_job(
         settled: false,
         key: None,
     };
-    if !options.key.is_empty() {
-        match take_key(shared, client, &options.key, seq) {
-            Ok(hold) => unsealed.key = Some(hold),
-            Err(status) => {
-                unsealed.abandon();
-                let store = shared.store.clone();
-                let _ = blocking(move || store.delete(seq)).await;
-                return Err(status);
-            }
-        }
-    }
     let limit = shared.config.max_job_puzzles;
     let mut upload = Upload {
         puzzles: 0,
@@ -589,6 +578,9 @@ pub async fn submit_job(
         sealed: false,
     };
     let outcome: Result<(), Status> = async {
+        if !options.key.is_empty() {
+            unsealed.key = Some(take_key(shared, client, &options.key, seq)?);
+        }
         while let Some(chunk) = chunks.next().await {
             let chunk = chunk?;
             if chunk.is_empty() {
@@ -837,13 +829,8 @@ pub fn results_of(
                     }
                 }
                 next = ahead.next();
-                match at_end(&shared, seq, &mut total, next).await {
-                    Ok(false) => {}
-                    Ok(true) => return,
-                    Err(status) => {
-                        let _ = tx.send(Err(status)).await;
-                        return;
-                    }
+                if at_end(&shared, seq, &mut total, next, &tx).await {
+                    return;
                 }
                 if let Some(from) = ahead.scan_from() {
                     let store = shared.store.clone();
@@ -902,13 +889,8 @@ pub fn results_of(
             next += got as u64;
             // Every result read: the stream ends now, not after one more
             // (gathering) read.
-            match at_end(&shared, seq, &mut total, next).await {
-                Ok(false) => {}
-                Ok(true) => return,
-                Err(status) => {
-                    let _ = tx.send(Err(status)).await;
-                    return;
-                }
+            if at_end(&shared, seq, &mut total, next, &tx).await {
+                return;
             }
             if got > 0 {
                 continue;
@@ -959,10 +941,28 @@ pub fn results_of(
     rx
 }
 
-/// Whether a follower at `next` has every result of job `seq`: learns the
-/// job's size once its submission is sealed; an error once a job followed
-/// while it was submitted is gone (its submission was cut short).
+/// Whether a follower at `next` of job `seq` ends here: it has every
+/// result (the job's size is learnt once its submission is sealed), or the
+/// job followed while it was submitted is gone (its submission was cut
+/// short), which it tells the follower on `tx`.
 async fn at_end(
+    shared: &Arc<Shared>,
+    seq: i64,
+    total: &mut Option<u64>,
+    next: u64,
+    tx: &mpsc::Sender<Result<v1::PuzzleResult, Status>>,
+) -> bool {
+    match size_reached(shared, seq, total, next).await {
+        Ok(done) => done,
+        Err(status) => {
+            let _ = tx.send(Err(status)).await;
+            true
+        }
+    }
+}
+
+/// [`at_end`]'s question: `Err` when the job is gone.
+async fn size_reached(
     shared: &Arc<Shared>,
     seq: i64,
     total: &mut Option<u64>,

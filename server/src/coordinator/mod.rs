@@ -60,10 +60,11 @@ use crate::auth::{self, TokenSet};
 use crate::cache::ResultCache;
 use crate::error::ServerError;
 pub use config::{Config, ConfigError};
-use events::{EventLog, Traffic};
+use events::EventLog;
 use per_client::PerClient;
 pub use service::{RunError, run, serve};
 use state::{Effect, Effects, LossReason, NewTask, RequestSpec, Snapshot, State};
+use traffic::Traffic;
 
 /// What a request's stream receives: a result, or the status that ends it.
 pub type BatchEvent = Result<v1::PuzzleResult, Status>;

@@ -137,34 +137,18 @@ impl Out<'_, '_> {
             .encode_descriptor(name, &format!("{help}."), None, kind)
     }
 
+    /// One metric: a constant of this scrape, or a long-lived one updated
+    /// where its events happen.
+    fn metric(&mut self, name: &str, help: &str, metric: &impl EncodeMetric) -> std::fmt::Result {
+        metric.encode(self.descriptor(name, help, metric.metric_type())?)
+    }
+
     fn gauge(&mut self, name: &str, help: &str, value: u64) -> std::fmt::Result {
-        let g = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
-        g.encode(self.descriptor(name, help, g.metric_type())?)
-    }
-
-    fn gauge_f64(&mut self, name: &str, help: &str, value: f64) -> std::fmt::Result {
-        let g = ConstGauge::new(value);
-        g.encode(self.descriptor(name, help, g.metric_type())?)
-    }
-
-    fn counter_f64(&mut self, name: &str, help: &str, value: f64) -> std::fmt::Result {
-        let c = ConstCounter::new(value);
-        c.encode(self.descriptor(name, help, c.metric_type())?)
+        self.metric(name, help, &ConstGauge::new(gauge_value(value)))
     }
 
     fn counter(&mut self, name: &str, help: &str, value: u64) -> std::fmt::Result {
-        let c = ConstCounter::new(value);
-        c.encode(self.descriptor(name, help, c.metric_type())?)
-    }
-
-    /// A metric that lives on and is updated where its events happen.
-    fn long_lived(
-        &mut self,
-        name: &str,
-        help: &str,
-        metric: &impl EncodeMetric,
-    ) -> std::fmt::Result {
-        metric.encode(self.descriptor(name, help, metric.metric_type())?)
+        self.metric(name, help, &ConstCounter::new(value))
     }
 
     /// A family of one label, `key`, a sample per value.
@@ -180,11 +164,16 @@ impl Out<'_, '_> {
             let sample = family.encode_family(&labels)?;
             match kind {
                 MetricType::Counter => ConstCounter::new(n).encode(sample)?,
-                _ => ConstGauge::new(i64::try_from(n).unwrap_or(i64::MAX)).encode(sample)?,
+                _ => ConstGauge::new(gauge_value(n)).encode(sample)?,
             }
         }
         Ok(())
     }
+}
+
+/// A count as a gauge's value (saturating).
+fn gauge_value(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// The standard `process_*` families, those that could be read.
@@ -196,10 +185,10 @@ impl Collector for ProcessCollector {
         let p = process::read();
         let mut out = Out(&mut encoder);
         if let Some(v) = p.cpu_seconds {
-            out.counter_f64(
+            out.metric(
                 "process_cpu_seconds",
                 "Total user and system CPU time spent in seconds",
-                v,
+                &ConstCounter::new(v),
             )?;
         }
         let gauges = [
@@ -231,7 +220,7 @@ impl Collector for ProcessCollector {
         ];
         for (name, help, value) in gauges {
             if let Some(v) = value {
-                out.gauge_f64(name, help, v)?;
+                out.metric(name, help, &ConstGauge::new(v))?;
             }
         }
         Ok(())
@@ -392,17 +381,17 @@ impl Collector for StateCollector {
             result_errors,
             solve_latency,
         } = &self.traffic;
-        out.long_lived(
+        out.metric(
             "answered",
             "Answers sent to clients, by strategy (`result_cache`: the coordinator's cache; `cache`: a worker's)",
             answered,
         )?;
-        out.long_lived(
+        out.metric(
             "result_errors",
             "Error results sent to clients (invalid puzzles, puzzles given up on)",
             result_errors,
         )?;
-        out.long_lived(
+        out.metric(
             "solve_latency_seconds",
             "Time workers spent on each puzzle they solved",
             solve_latency,
