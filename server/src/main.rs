@@ -245,7 +245,18 @@ fn main() -> ExitCode {
         Format::Text => LogFormat::Text,
         Format::Json => LogFormat::Json,
     });
-    let runtime = match tokio::runtime::Runtime::new() {
+    // A worker's async side only speaks the protocol (its solver threads
+    // do the searching), so it runs on one thread: a task or a result then
+    // crosses no thread but the solver's, where a pool of runtime threads
+    // woke one another for every message (docs/PERFORMANCE.md, sixth pass).
+    // The coordinator serves many connections and uses every core.
+    let built = match cli.command {
+        Command::Worker(_) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        Command::Coordinator(_) => tokio::runtime::Runtime::new(),
+    };
+    let runtime = match built {
         Ok(r) => r,
         Err(e) => {
             eprintln!("colball-server: cannot start the async runtime: {e}");
