@@ -157,11 +157,8 @@ pub struct JobFlags {
 /// (deleted while its results were on their way).
 fn next_pos(tx: &rusqlite::Transaction<'_>, job: i64) -> Result<Option<Option<i64>>, StoreError> {
     let row: Option<(bool, i64)> = tx
-        .query_row(
-            "SELECT any_order, solved + errors FROM jobs WHERE seq = ?1",
-            [job],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
+        .prepare_cached("SELECT any_order, solved + errors FROM jobs WHERE seq = ?1")?
+        .query_row([job], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
     Ok(row.map(|(any_order, stored)| any_order.then_some(stored)))
 }
@@ -256,6 +253,8 @@ impl Store {
         }
         let setup = || -> Result<String, Problem> {
             conn.busy_timeout(std::time::Duration::from_secs(5))?;
+            // Every statement the store runs stays prepared (about 25).
+            conn.set_prepared_statement_cache_capacity(64);
             let check: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
             if check != "ok" {
                 return Err(Problem::Damaged(format!(
@@ -364,10 +363,10 @@ impl Store {
         now_ms: i64,
     ) -> Result<i64, StoreError> {
         let conn = self.conn();
-        conn.execute(
+        conn.prepare_cached(
             "INSERT INTO jobs (owner, name, priority, state, puzzles, created_ms, fail_fast, any_order) VALUES (?1, ?2, ?3, 0, 0, ?4, ?5, ?6)",
-            params![owner, name, priority, now_ms, flags.fail_fast, flags.any_order],
-        )?;
+        )?
+        .execute(params![owner, name, priority, now_ms, flags.fail_fast, flags.any_order])?;
         Ok(conn.last_insert_rowid())
     }
 
@@ -409,10 +408,10 @@ impl Store {
                     }
                 }
             }
-            tx.execute(
+            tx.prepare_cached(
                 "UPDATE jobs SET puzzles = puzzles + ?2, errors = errors + ?3 WHERE seq = ?1",
-                params![job, entries.len() as i64, errors],
-            )?;
+            )?
+            .execute(params![job, entries.len() as i64, errors])?;
         }
         tx.commit()?;
         Ok(())
@@ -424,15 +423,15 @@ impl Store {
     /// failed if its run failed meanwhile.
     pub fn seal(&self, job: i64, now_ms: i64) -> Result<JobRow, StoreError> {
         let conn = self.conn();
-        conn.execute(
+        conn.prepare_cached(
             "UPDATE jobs SET
                 finished_ms = CASE WHEN state = 5 THEN finished_ms
                     WHEN solved + errors >= puzzles THEN ?2 ELSE 0 END,
                 state = CASE WHEN state = 5 THEN 5
                     WHEN solved + errors >= puzzles THEN 3 ELSE 2 END
              WHERE seq = ?1",
-            params![job, now_ms],
-        )?;
+        )?
+        .execute(params![job, now_ms])?;
         drop(conn);
         self.job(job)?
             .ok_or(StoreError::Sql(rusqlite::Error::QueryReturnedNoRows))
@@ -442,9 +441,12 @@ impl Store {
     /// (which deleted jobs leave and new ones reuse); the WAL aside.
     pub fn size_bytes(&self) -> Result<u64, StoreError> {
         let conn = self.conn();
-        let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
-        let free: i64 = conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
-        let size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+        let pragma = |name: &str| -> Result<i64, StoreError> {
+            Ok(conn.prepare_cached(name)?.query_row([], |r| r.get(0))?)
+        };
+        let pages = pragma("PRAGMA page_count")?;
+        let free = pragma("PRAGMA freelist_count")?;
+        let size = pragma("PRAGMA page_size")?;
         Ok(((pages - free).max(0) * size) as u64)
     }
 
@@ -468,9 +470,13 @@ impl Store {
     pub fn delete(&self, job: i64) -> Result<(), StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
-        tx.execute("DELETE FROM results WHERE job = ?1", [job])?;
-        tx.execute("DELETE FROM puzzles WHERE job = ?1", [job])?;
-        tx.execute("DELETE FROM jobs WHERE seq = ?1", [job])?;
+        for table in [
+            "DELETE FROM results WHERE job = ?1",
+            "DELETE FROM puzzles WHERE job = ?1",
+            "DELETE FROM jobs WHERE seq = ?1",
+        ] {
+            tx.prepare_cached(table)?.execute([job])?;
+        }
         tx.commit()?;
         Ok(())
     }
@@ -478,11 +484,10 @@ impl Store {
     pub fn job(&self, job: i64) -> Result<Option<JobRow>, StoreError> {
         let conn = self.conn();
         Ok(conn
-            .query_row(
+            .prepare_cached(
                 "SELECT seq, owner, name, priority, state, puzzles, solved, errors, created_ms, finished_ms, failure, fail_fast, any_order FROM jobs WHERE seq = ?1",
-                [job],
-                |r| row(r, &self.instance),
-            )
+            )?
+            .query_row([job], |r| row(r, &self.instance))
             .optional()?)
     }
 
@@ -518,10 +523,11 @@ impl Store {
         now_ms: i64,
     ) -> Result<(), StoreError> {
         let finished = if state.finished() { now_ms } else { 0 };
-        self.conn().execute(
-            "UPDATE jobs SET state = ?2, failure = ?3, finished_ms = ?4 WHERE seq = ?1",
-            params![job, state as i64, failure, finished],
-        )?;
+        self.conn()
+            .prepare_cached(
+                "UPDATE jobs SET state = ?2, failure = ?3, finished_ms = ?4 WHERE seq = ?1",
+            )?
+            .execute(params![job, state as i64, failure, finished])?;
         Ok(())
     }
 
