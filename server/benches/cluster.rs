@@ -5,12 +5,19 @@
 //!   threads, on the same batch of uniformly random 4x4 puzzles;
 //! - scaling: 2 workers of 1 thread against 1 worker of 1 thread;
 //! - both again with real processes (a coordinator process and worker
-//!   processes, as deployed; the client in the bench's process);
+//!   processes, as deployed; the client in the bench's process), with
+//!   where the CPU went: the workers' searches, the workers' other threads,
+//!   the coordinator and the client, per puzzle;
+//! - on a machine of 2 cores or more, 1 worker x 1 thread alone on one
+//!   core, the coordinator and the client on another (`taskset`), against
+//!   in-process solving on that core: what the cluster costs a worker when
+//!   the coordinator is elsewhere, as deployed;
 //! - latency of single-puzzle requests (p50, p99) for 3x3 and 4x4 puzzles.
 //!
-//! Environment: `COUNT` (4x4 puzzles per batch, default 1000), `THREADS`
+//! Environment: `COUNT` (4x4 puzzles per batch, default 2000), `THREADS`
 //! (T, default all cores). The coordinator's cache is off so every puzzle
-//! is solved.
+//! is solved, and so are the workers' caches (as in-process solving here
+//! has none).
 
 #![allow(clippy::unwrap_used)] // a benchmark: a failed unwrap is a failed run
 
@@ -26,7 +33,7 @@ use tokio_stream::StreamExt;
 mod common;
 use colball_testkit::procs;
 
-use common::{batch, count_all, env, server_bin};
+use common::{batch, count_all, env, server_bin, stat_cpu_seconds};
 
 const BIN: &str = env!("CARGO_BIN_EXE_colball-server");
 
@@ -69,34 +76,148 @@ async fn through_cluster(puzzles: &[(String, Puzzle)], workers: usize, threads: 
     rate
 }
 
+/// One batch that warms `threads` solver threads: the first 4x4 solve of
+/// each thread allocates its tables.
+async fn warm(client: &mut Client, threads: usize) {
+    let warm = batch(99, Size::new(4, 4).unwrap(), threads * 4);
+    let mut s = client.solve_stream(&warm, false).await.unwrap();
+    while s.next().await.is_some() {}
+}
+
 /// Puzzles per second through the coordinator at `url`, after one batch
 /// that warms its `threads` solver threads.
 async fn timed(url: &str, puzzles: &[(String, Puzzle)], threads: usize) -> f64 {
     let mut client = Client::connect(url).await.unwrap();
-    // Warm up: the first 4x4 solve of each thread allocates its tables.
-    let warm = batch(99, Size::new(4, 4).unwrap(), threads * 4);
-    let mut s = client.solve_stream(&warm, false).await.unwrap();
-    while s.next().await.is_some() {}
+    warm(&mut client, threads).await;
     let began = Instant::now();
     let n = count_all(client.solve_stream(puzzles, false).await.unwrap()).await;
     assert_eq!(n, puzzles.len());
     n as f64 / began.elapsed().as_secs_f64()
 }
 
+/// CPU seconds (user + system) of the threads of process `pid` whose
+/// names start with `prefix` (all of them for "").
+fn threads_cpu(pid: u32, prefix: &str) -> f64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0.0;
+    };
+    tasks
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with(prefix))
+        })
+        .map(|t| stat_cpu_seconds(t.path().join("stat")))
+        .sum()
+}
+
+/// Pins every thread of process `pid` to `cpus` (a `taskset` list); a
+/// thread that ends meanwhile is skipped.
+fn pin(pid: u32, cpus: &str) {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    for t in tasks.flatten() {
+        let _ = std::process::Command::new("taskset")
+            .args(["-cp", cpus, &t.file_name().to_string_lossy()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+/// A run through real processes: puzzles per second, and CPU per puzzle.
+struct ProcRun {
+    rate: f64,
+    search: Duration,
+    worker_other: Duration,
+    coordinator: Duration,
+    client: Duration,
+}
+
+impl std::fmt::Display for ProcRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        write!(
+            f,
+            "CPU per puzzle: search {:.0} us, worker beside it {:.0} us, coordinator {:.0} us, client {:.0} us",
+            us(self.search),
+            us(self.worker_other),
+            us(self.coordinator),
+            us(self.client)
+        )
+    }
+}
+
 /// [`through_cluster`] with real processes: a coordinator (result cache
 /// off) and `workers` worker processes of `threads` solver threads; the
-/// client in this process.
-async fn through_processes(puzzles: &[(String, Puzzle)], workers: usize, threads: usize) -> f64 {
+/// client in this process. With `cores`, the workers are pinned to the
+/// second list and the coordinator and this process to the first.
+async fn through_processes(
+    puzzles: &[(String, Puzzle)],
+    workers: usize,
+    threads: usize,
+    cores: Option<(&str, &str)>,
+) -> ProcRun {
     let bin = server_bin(BIN);
     let c = procs::coordinator_beating(&bin, "127.0.0.1:0", 1000, &["--cache-entries", "0"]);
-    let _workers: Vec<procs::Proc> = (0..workers)
+    let ws: Vec<procs::Proc> = (0..workers)
         .map(|i| {
             let name = format!("bench-{i}");
-            procs::worker_threads(&bin, &c.url, &name, procs::Stderr::Quiet, threads, &[])
+            let extra = ["--cache-entries", "0"];
+            procs::worker_threads(&bin, &c.url, &name, procs::Stderr::Quiet, threads, &extra)
         })
         .collect();
     procs::wait_metric(&c.http, "workers", |w| w as usize == workers).await;
-    timed(&c.url, puzzles, workers * threads).await
+    if let Some((near, far)) = cores {
+        pin(c.proc.pid(), near);
+        pin(std::process::id(), near);
+        for w in &ws {
+            pin(w.pid(), far);
+        }
+    }
+    let me = std::process::id();
+    let cpu = || {
+        let search: f64 = ws.iter().map(|w| threads_cpu(w.pid(), "solver")).sum();
+        let worker: f64 = ws.iter().map(|w| threads_cpu(w.pid(), "")).sum();
+        (
+            search,
+            worker - search,
+            threads_cpu(c.proc.pid(), ""),
+            threads_cpu(me, ""),
+        )
+    };
+    let mut client = Client::connect(&c.url).await.unwrap();
+    warm(&mut client, workers * threads).await;
+    let before = cpu();
+    let began = Instant::now();
+    let n = count_all(client.solve_stream(puzzles, false).await.unwrap()).await;
+    let took = began.elapsed();
+    let after = cpu();
+    assert_eq!(n, puzzles.len());
+    if cores.is_some() {
+        pin(me, &all_cores());
+    }
+    let each = |a: f64, b: f64| Duration::from_secs_f64((a - b).max(0.0) / n as f64);
+    ProcRun {
+        rate: n as f64 / took.as_secs_f64(),
+        search: each(after.0, before.0),
+        worker_other: each(after.1, before.1),
+        coordinator: each(after.2, before.2),
+        client: each(after.3, before.3),
+    }
+}
+
+/// Every core online, as a `taskset` list (what this process is pinned
+/// back to).
+fn all_cores() -> String {
+    std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .map_or_else(|_| "0".to_string(), |s| s.trim().to_string())
+}
+
+/// [`in_process`] with this process pinned to `cpus`.
+fn in_process_on(puzzles: &[(String, Puzzle)], threads: usize, cpus: &str) -> f64 {
+    pin(std::process::id(), cpus);
+    let rate = in_process(puzzles, threads);
+    pin(std::process::id(), &all_cores());
+    rate
 }
 
 async fn latency(puzzles: &[(String, Puzzle)]) -> (Duration, Duration, Duration) {
@@ -116,7 +237,7 @@ async fn latency(puzzles: &[(String, Puzzle)]) -> (Duration, Duration, Duration)
 }
 
 fn main() {
-    let count = env("COUNT", 1000);
+    let count = env("COUNT", 2000);
     let threads = env(
         "THREADS",
         std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -151,27 +272,52 @@ fn main() {
     // own process, as deployed, beside a coordinator process; the client
     // (this process) reads the results. On two cores, 1 worker x 2
     // threads and 2 workers x 1 thread both share the cores with the
-    // coordinator; the in-process figures are measured again beside them.
+    // coordinator and the client; the in-process figures are measured
+    // again beside them.
     let local_t = in_process(&puzzles, threads);
-    let procs_t = runtime.block_on(through_processes(&puzzles, 1, threads));
+    let procs_t = runtime.block_on(through_processes(&puzzles, 1, threads, None));
     let local_1 = in_process(&puzzles, 1);
-    let one = runtime.block_on(through_processes(&puzzles, 1, 1));
-    let two = runtime.block_on(through_processes(&puzzles, 2, 1));
-    println!("\nreal processes (a coordinator process, worker processes)");
+    let one = runtime.block_on(through_processes(&puzzles, 1, 1, None));
+    let two = runtime.block_on(through_processes(&puzzles, 2, 1, None));
+    println!("\nreal processes (a coordinator process, worker processes, on the same cores)");
     println!("  in-process, {threads} threads     {local_t:>8.0} puzzles/s");
     println!(
-        "  1 worker x {threads} threads       {procs_t:>8.0} puzzles/s  ({:.0}% of in-process; target >= 90%)",
-        100.0 * procs_t / local_t
+        "  1 worker x {threads} threads       {:>8.0} puzzles/s  ({:.0}% of in-process; target >= 90%)",
+        procs_t.rate,
+        100.0 * procs_t.rate / local_t
     );
-    println!("  in-process, 1 thread      {local_1:>8.0} puzzles/s");
+    println!("      {procs_t}");
     println!(
-        "  1 worker x 1 thread       {one:>8.0} puzzles/s  ({:.0}% of in-process 1 thread)",
-        100.0 * one / local_1
+        "  in-process, 1 thread      {local_1:>8.0} puzzles/s  (in-process {threads} threads: {:.2}x)",
+        local_t / local_1
     );
     println!(
-        "  2 workers x 1 thread      {two:>8.0} puzzles/s  ({:.2}x one worker; target >= 1.8x)",
-        two / one
+        "  1 worker x 1 thread       {:>8.0} puzzles/s  ({:.0}% of in-process 1 thread)",
+        one.rate,
+        100.0 * one.rate / local_1
     );
+    println!("      {one}");
+    println!(
+        "  2 workers x 1 thread      {:>8.0} puzzles/s  ({:.2}x one worker; target >= 1.8x)",
+        two.rate,
+        two.rate / one.rate
+    );
+    println!("      {two}");
+
+    // As deployed, the coordinator does not share a worker's cores: here
+    // it and the client get core 0, the worker core 1.
+    if threads >= 2 {
+        let local = in_process_on(&puzzles, 1, "1");
+        let alone = runtime.block_on(through_processes(&puzzles, 1, 1, Some(("0", "1"))));
+        println!("\nthe worker alone on core 1 (the coordinator and the client on core 0)");
+        println!("  in-process on core 1      {local:>8.0} puzzles/s");
+        println!(
+            "  1 worker x 1 thread       {:>8.0} puzzles/s  ({:.0}% of in-process on its core; target >= 90%)",
+            alone.rate,
+            100.0 * alone.rate / local
+        );
+        println!("      {alone}");
+    }
 
     println!("\nsingle-puzzle requests, 1 worker x 1 thread (p50 / p99 / max)");
     for (name, size, n) in [("3x3", Size::new(3, 3).unwrap(), 500), ("4x4", four, 200)] {

@@ -47,7 +47,7 @@ pub async fn count_all<T, E: std::fmt::Debug>(stream: impl Stream<Item = Result<
 /// CPU seconds (user + system) the process `pid` has used.
 #[allow(dead_code)] // each bench includes this module; not all of them use it
 pub fn cpu_seconds(pid: u32) -> f64 {
-    stat_cpu_seconds(&format!("/proc/{pid}/stat"))
+    stat_cpu_seconds(format!("/proc/{pid}/stat"))
 }
 
 /// CPU seconds (user + system) the calling thread has used.
@@ -56,10 +56,13 @@ pub fn thread_cpu_seconds() -> f64 {
     stat_cpu_seconds("/proc/thread-self/stat")
 }
 
-/// User + system time from a `/proc` stat file, in seconds.
+/// User + system time from a `/proc` stat file, in seconds (0 for a
+/// thread or process that has gone).
 #[allow(dead_code)]
-fn stat_cpu_seconds(path: &str) -> f64 {
-    let stat = std::fs::read_to_string(path).unwrap();
+pub fn stat_cpu_seconds(path: impl AsRef<std::path::Path>) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(path) else {
+        return 0.0;
+    };
     // The fields after the command name (which is in parentheses).
     let fields: Vec<&str> = stat
         .rsplit_once(')')
