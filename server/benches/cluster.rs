@@ -16,8 +16,9 @@
 //!
 //! Environment: `COUNT` (4x4 puzzles per batch, default 2000), `THREADS`
 //! (T, default all cores). The coordinator's cache is off so every puzzle
-//! is solved, and so are the workers' caches (as in-process solving here
-//! has none).
+//! is solved, and so are the workers' caches. In-process solving runs the
+//! worker's default engine (`auto`) with its cache off too, so both sides
+//! run the same search.
 
 #![allow(clippy::unwrap_used)] // a benchmark: a failed unwrap is a failed run
 
@@ -26,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use colball_client::remote::Client;
 use colball_server::coordinator::Config;
-use colball_solver::{BidirSearch, Puzzle, Size};
+use colball_solver::cache::CacheConfig;
+use colball_solver::{Engine, EngineConfig, Puzzle, Size, Solver};
 use colball_testkit::LocalCluster;
 use tokio_stream::StreamExt;
 
@@ -37,16 +39,26 @@ use common::{batch, count_all, env, server_bin, stat_cpu_seconds};
 
 const BIN: &str = env!("CARGO_BIN_EXE_colball-server");
 
-/// Puzzles per second in-process: `threads` searches taking the next puzzle.
+/// Puzzles per second in-process: `threads` solvers taking the next
+/// puzzle, each configured as a worker's by default with its cache off
+/// (as the bench's workers run), so the two sides run the same search.
 fn in_process(puzzles: &[(String, Puzzle)], threads: usize) -> f64 {
+    let engine = Engine::new(EngineConfig {
+        cache: CacheConfig {
+            max_entries: 0,
+            ..CacheConfig::default()
+        },
+        table_threads: threads,
+        ..EngineConfig::default()
+    });
     let next = AtomicUsize::new(0);
     let began = Instant::now();
     std::thread::scope(|s| {
         for _ in 0..threads {
             s.spawn(|| {
-                let mut search = BidirSearch::new();
+                let mut solver = Solver::new(engine.clone());
                 while let Some((_, p)) = puzzles.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    std::hint::black_box(search.solve(p));
+                    std::hint::black_box(solver.solve(p));
                 }
             });
         }
