@@ -35,7 +35,7 @@ use tokio_stream::StreamExt;
 mod common;
 use colball_testkit::procs;
 
-use common::{batch, count_all, env, server_bin, stat_cpu_seconds};
+use common::{batch, count_all, cpu_seconds, env, server_bin, stat_cpu_seconds};
 
 const BIN: &str = env!("CARGO_BIN_EXE_colball-server");
 
@@ -107,16 +107,17 @@ async fn timed(url: &str, puzzles: &[(String, Puzzle)], threads: usize) -> f64 {
     n as f64 / began.elapsed().as_secs_f64()
 }
 
-/// CPU seconds (user + system) of the threads of process `pid` whose
-/// names start with `prefix` (all of them for "").
-fn threads_cpu(pid: u32, prefix: &str) -> f64 {
+/// CPU seconds (user + system) of the solver threads of process `pid`
+/// (the process's whole figure is [`cpu_seconds`], which also counts
+/// threads that have ended).
+fn solver_cpu(pid: u32) -> f64 {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return 0.0;
     };
     tasks
         .flatten()
         .filter(|t| {
-            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with(prefix))
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with("solver"))
         })
         .map(|t| stat_cpu_seconds(t.path().join("stat")))
         .sum()
@@ -187,13 +188,13 @@ async fn through_processes(
     }
     let me = std::process::id();
     let cpu = || {
-        let search: f64 = ws.iter().map(|w| threads_cpu(w.pid(), "solver")).sum();
-        let worker: f64 = ws.iter().map(|w| threads_cpu(w.pid(), "")).sum();
+        let search: f64 = ws.iter().map(|w| solver_cpu(w.pid())).sum();
+        let worker: f64 = ws.iter().map(|w| cpu_seconds(w.pid())).sum();
         (
             search,
             worker - search,
-            threads_cpu(c.proc.pid(), ""),
-            threads_cpu(me, ""),
+            cpu_seconds(c.proc.pid()),
+            cpu_seconds(me),
         )
     };
     let mut client = Client::connect(&c.url).await.unwrap();

@@ -470,12 +470,12 @@ impl Store {
     pub fn delete(&self, job: i64) -> Result<(), StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
-        for table in [
+        for sql in [
             "DELETE FROM results WHERE job = ?1",
             "DELETE FROM puzzles WHERE job = ?1",
             "DELETE FROM jobs WHERE seq = ?1",
         ] {
-            tx.prepare_cached(table)?.execute([job])?;
+            tx.prepare_cached(sql)?.execute([job])?;
         }
         tx.commit()?;
         Ok(())
