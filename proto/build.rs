@@ -1,6 +1,12 @@
 //! Compiles every `colball/v1/*.proto` with protox (pure Rust), so building
 //! needs no protoc on the machine, and writes the file descriptor set that
 //! the coordinator serves through gRPC server reflection.
+//!
+//! The coordinator's side of `colball.v1.Solver` is generated a second time
+//! by tonic-build's manual builder, so that `SolveBatch` reads its request
+//! as `colball_proto::ingest::SolveBatchRequest` (the same bytes, decoded
+//! without an allocation per puzzle); the other methods keep the generated
+//! messages.
 
 use std::path::PathBuf;
 
@@ -22,5 +28,49 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         prost::Message::encode_to_vec(&fds),
     )?;
     tonic_prost_build::configure().compile_fds(fds)?;
+    tonic_build::manual::Builder::new()
+        .build_client(false)
+        .compile(&[ingest_solver()]);
     Ok(())
+}
+
+/// `colball.v1.Solver` as the coordinator serves it (see `src/ingest.rs`).
+/// Routes and messages are those of `colball/v1/solver.proto`.
+fn ingest_solver() -> tonic_build::manual::Service {
+    let method = |name: &str, route: &str, input: &str, output: &str| {
+        tonic_build::manual::Method::builder()
+            .name(name)
+            .route_name(route)
+            .input_type(input)
+            .output_type(output)
+            .codec_path("tonic_prost::ProstCodec")
+    };
+    tonic_build::manual::Service::builder()
+        .name("Solver")
+        .package("colball.v1")
+        .comment("The coordinator's side of `colball.v1.Solver`.")
+        .method(
+            method("solve", "Solve", "crate::v1::SolveRequest", "crate::v1::PuzzleResult").build(),
+        )
+        .method(
+            method(
+                "solve_batch",
+                "SolveBatch",
+                "crate::ingest::SolveBatchRequest",
+                "crate::v1::PuzzleResult",
+            )
+            .server_streaming()
+            .build(),
+        )
+        .method(
+            method("grade", "Grade", "crate::v1::GradeRequest", "crate::v1::GradeResult")
+                .server_streaming()
+                .build(),
+        )
+        .method(
+            method("watch", "Watch", "crate::v1::WatchRequest", "crate::v1::ClusterEvent")
+                .server_streaming()
+                .build(),
+        )
+        .build()
 }

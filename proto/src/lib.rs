@@ -12,10 +12,12 @@ use std::collections::hash_map::Entry;
 
 use colball_solver::board::BoardError;
 use colball_solver::{Board, Puzzle};
+use ecow::EcoString;
 use thiserror::Error;
 
 pub mod auth;
 pub mod grade;
+pub mod ingest;
 pub mod order;
 pub mod reason;
 pub mod tls;
@@ -83,34 +85,72 @@ impl InvalidPuzzle {
     }
 }
 
+/// A puzzle as its text arrived: the client API's [`v1::Puzzle`], or the
+/// coordinator's allocation-free reading of the same bytes
+/// ([`ingest::Puzzle`]). [`puzzle_from_wire`] and [`batch_from_wire`] read
+/// either.
+pub trait PuzzleText {
+    /// One row of a board, as letters.
+    type Row: AsRef<[u8]>;
+    /// The id the client gave.
+    fn id(&self) -> &str;
+    /// The start board's rows, top first.
+    fn start(&self) -> &[Self::Row];
+    /// The target board's rows, top first.
+    fn target(&self) -> &[Self::Row];
+    /// The id, kept (inline up to 15 bytes).
+    fn into_id(self) -> EcoString;
+}
+
+impl PuzzleText for v1::Puzzle {
+    type Row = String;
+
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn start(&self) -> &[String] {
+        &self.start
+    }
+
+    fn target(&self) -> &[String] {
+        &self.target
+    }
+
+    fn into_id(self) -> EcoString {
+        EcoString::from(self.id)
+    }
+}
+
 /// Reads a wire puzzle into a solver puzzle.
 ///
 /// Checks the id's length ([`MAX_ID_BYTES`]), then each board: row count,
 /// row lengths, letters; then that both boards have the same size. The
 /// error names the field (`id`, `start` or `target`) and, for a board, the
 /// row and column. Work is bounded by the input's size; nothing panics.
-pub fn puzzle_from_wire(p: &v1::Puzzle) -> Result<Puzzle, InvalidPuzzle> {
-    if p.id.len() > MAX_ID_BYTES {
+pub fn puzzle_from_wire<P: PuzzleText>(p: &P) -> Result<Puzzle, InvalidPuzzle> {
+    let id = p.id();
+    if id.len() > MAX_ID_BYTES {
         return Err(InvalidPuzzle {
-            id: quote_prefix(&p.id),
+            id: quote_prefix(id),
             field: "id",
             reason: format!(
                 "{} bytes long; ids hold at most {MAX_ID_BYTES} bytes",
-                p.id.len()
+                id.len()
             ),
         });
     }
-    let board = |field: &'static str, rows: &[String]| -> Result<Board, InvalidPuzzle> {
+    let board = |field: &'static str, rows: &[P::Row]| -> Result<Board, InvalidPuzzle> {
         if rows.is_empty() {
-            return Err(InvalidPuzzle::new(&p.id, field, "missing (no rows)"));
+            return Err(InvalidPuzzle::new(id, field, "missing (no rows)"));
         }
-        Board::parse_rows(rows).map_err(|e: BoardError| InvalidPuzzle::new(&p.id, field, e))
+        Board::parse_rows(rows).map_err(|e: BoardError| InvalidPuzzle::new(id, field, e))
     };
-    let start = board("start", &p.start)?;
-    let target = board("target", &p.target)?;
+    let start = board("start", p.start())?;
+    let target = board("target", p.target())?;
     Puzzle::new(start, target).map_err(|e| {
         InvalidPuzzle::new(
-            &p.id,
+            id,
             "target",
             format!("size {} differs from the start's {}", e.target, e.start),
         )
@@ -140,8 +180,8 @@ pub enum InvalidBatch {
 /// that an earlier puzzle of the batch already used is invalid (field `id`),
 /// so every result can be matched by id; empty ids are exempt (match those
 /// by `index`). An empty batch is an [`InvalidBatch`].
-pub fn batch_from_wire(
-    puzzles: &[v1::Puzzle],
+pub fn batch_from_wire<P: PuzzleText>(
+    puzzles: &[P],
 ) -> Result<Vec<Result<Puzzle, InvalidPuzzle>>, InvalidBatch> {
     if puzzles.is_empty() {
         return Err(InvalidBatch::Empty);
@@ -155,11 +195,12 @@ pub fn batch_from_wire(
         .iter()
         .enumerate()
         .map(|(index, p)| {
-            if !p.id.is_empty() && p.id.len() <= MAX_ID_BYTES {
-                match seen.entry(&p.id) {
+            let id = p.id();
+            if !id.is_empty() && id.len() <= MAX_ID_BYTES {
+                match seen.entry(id) {
                     Entry::Occupied(first) => {
                         return Err(InvalidPuzzle::new(
-                            &p.id,
+                            id,
                             "id",
                             format!(
                                 "duplicate id: puzzle {index} of the batch repeats the id of puzzle {} (ids must be unique within a batch)",

@@ -22,10 +22,10 @@ pub struct Answer {
 
 impl Answer {
     /// The result a client gets for a puzzle answered from the cache.
-    pub fn to_result(self, id: String, index: u64) -> colball_proto::v1::PuzzleResult {
+    pub fn to_result(self, id: &str, index: u64) -> colball_proto::v1::PuzzleResult {
         use colball_proto::v1;
         v1::PuzzleResult {
-            id,
+            id: id.to_string(),
             index,
             outcome: Some(v1::puzzle_result::Outcome::Solved(v1::Solved {
                 moves: self.moves,

@@ -407,7 +407,11 @@ async fn run_job(
         };
         let tasks: Vec<NewTask> = window
             .into_iter()
-            .map(|(index, id, puzzle)| NewTask { index, id, puzzle })
+            .map(|(index, id, puzzle)| NewTask {
+                index,
+                id: id.into(),
+                puzzle,
+            })
             .collect();
         let n = tasks.len() as u64;
         let outcome = run_window(shared, seq, &row.owner, priority, tasks, cancel, events).await;
@@ -473,7 +477,7 @@ async fn run_window(
     for t in tasks {
         match shared.cache.get(&t.puzzle) {
             Some(a) => {
-                let result = a.to_result(t.id, t.index);
+                let result = a.to_result(&t.id, t.index);
                 events.result(&result);
                 let _ = shared.writer.send((job, result));
             }

@@ -430,7 +430,7 @@ impl Shared {
                     return None;
                 }
                 let answer = cache.recheck(&t.puzzle)?;
-                Some(answer.to_result(t.id.clone(), t.index))
+                Some(answer.to_result(&t.id, t.index))
             };
             match s.admit_known(id, spec, tasks, Instant::now(), known) {
                 Ok((effects, late)) => (Ok(late), effects),

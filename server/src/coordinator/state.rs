@@ -55,7 +55,8 @@ use crate::error::ServerError;
 #[derive(Debug, Clone)]
 pub struct NewTask {
     pub index: u64,
-    pub id: String,
+    /// The client's id (inline up to 15 bytes).
+    pub id: EcoString,
     pub puzzle: Puzzle,
 }
 
@@ -681,7 +682,7 @@ impl State {
                 task.followers.push(Follower {
                     request: id,
                     index: t.index,
-                    id: EcoString::from(t.id.as_str()),
+                    id: t.id,
                 });
                 continue;
             }
@@ -692,7 +693,7 @@ impl State {
             let task_id = self.tasks.insert(Task {
                 request: id,
                 index: t.index,
-                id: EcoString::from(t.id.as_str()),
+                id: t.id,
                 target_share: u16::try_from(share.hint(&t.puzzle.target())).unwrap_or(u16::MAX),
                 puzzle: t.puzzle,
                 attempts: 0,
@@ -1758,7 +1759,7 @@ mod tests {
         (0..n)
             .map(|i| NewTask {
                 index: i as u64,
-                id: format!("p{i}"),
+                id: ecow::eco_format!("p{i}"),
                 puzzle: g.uniform(size),
             })
             .collect()
@@ -2587,7 +2588,7 @@ mod tests {
                         let tasks: Vec<NewTask> = (0..n)
                             .map(|i| NewTask {
                                 index: (ready + i) as u64,
-                                id: format!("r{id}p{i}"),
+                                id: ecow::eco_format!("r{id}p{i}"),
                                 puzzle: pool[(first + i * 5) % pool.len()].0,
                             })
                             .collect();

@@ -65,7 +65,7 @@ pub(super) async fn grade(
         .iter()
         .zip(answers)
         .map(|((id, puzzle), answer)| CaseInfo {
-            id: id.clone(),
+            id: id.to_string(),
             puzzle: puzzle.as_ref().ok().copied(),
             answer,
         })

@@ -4,9 +4,11 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use colball_proto::batch_from_wire;
+use colball_proto::ingest::{self, solver_server::Solver};
 use colball_proto::order::InOrder;
-use colball_proto::v1::{self, solver_server::Solver};
+use colball_proto::v1;
+use colball_proto::{PuzzleText, batch_from_wire};
+use ecow::EcoString;
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
@@ -41,7 +43,7 @@ pub(super) struct Admitted {
 /// One puzzle of a request as read: its id, and the puzzle or why it is
 /// invalid.
 type Parsed = (
-    String,
+    EcoString,
     Result<colball_solver::Puzzle, colball_proto::InvalidPuzzle>,
 );
 
@@ -54,7 +56,7 @@ pub(super) struct Caller {
 impl SolverService {
     /// Reads a request's puzzles, once: within `--max-batch`, each one
     /// parsed (or why it is invalid) beside its id.
-    pub(super) fn parse(&self, puzzles: Vec<v1::Puzzle>) -> Result<Vec<Parsed>, ServerError> {
+    pub(super) fn parse<P: PuzzleText>(&self, puzzles: Vec<P>) -> Result<Vec<Parsed>, ServerError> {
         let limit = self.shared.config.max_batch;
         if puzzles.len() > limit {
             return Err(ServerError::BatchTooLarge {
@@ -66,7 +68,7 @@ impl SolverService {
         Ok(puzzles
             .into_iter()
             .zip(parsed)
-            .map(|(wire, puzzle)| (wire.id, puzzle))
+            .map(|(wire, puzzle)| (wire.into_id(), puzzle))
             .collect())
     }
 
@@ -91,7 +93,7 @@ impl SolverService {
             match parsed {
                 Err(e) => ready.push(v1::PuzzleResult::invalid(index, &e)),
                 Ok(puzzle) => match shared.cache.get(&puzzle) {
-                    Some(a) => ready.push(a.to_result(id, index)),
+                    Some(a) => ready.push(a.to_result(&id, index)),
                     None => tasks.push(NewTask { index, id, puzzle }),
                 },
             }
@@ -200,7 +202,7 @@ impl Solver for SolverService {
 
     async fn solve_batch(
         &self,
-        request: Request<v1::SolveBatchRequest>,
+        request: Request<ingest::SolveBatchRequest>,
     ) -> Result<Response<ResultStream>, Status> {
         let deadline = grpc_timeout(request.metadata()).map(|t| tokio::time::Instant::now() + t);
         let client = client_of(&request);
