@@ -50,7 +50,13 @@ fn ingest_solver() -> tonic_build::manual::Service {
         .package("colball.v1")
         .comment("The coordinator's side of `colball.v1.Solver`.")
         .method(
-            method("solve", "Solve", "crate::v1::SolveRequest", "crate::v1::PuzzleResult").build(),
+            method(
+                "solve",
+                "Solve",
+                "crate::v1::SolveRequest",
+                "crate::v1::PuzzleResult",
+            )
+            .build(),
         )
         .method(
             method(
@@ -63,14 +69,24 @@ fn ingest_solver() -> tonic_build::manual::Service {
             .build(),
         )
         .method(
-            method("grade", "Grade", "crate::v1::GradeRequest", "crate::v1::GradeResult")
-                .server_streaming()
-                .build(),
+            method(
+                "grade",
+                "Grade",
+                "crate::v1::GradeRequest",
+                "crate::v1::GradeResult",
+            )
+            .server_streaming()
+            .build(),
         )
         .method(
-            method("watch", "Watch", "crate::v1::WatchRequest", "crate::v1::ClusterEvent")
-                .server_streaming()
-                .build(),
+            method(
+                "watch",
+                "Watch",
+                "crate::v1::WatchRequest",
+                "crate::v1::ClusterEvent",
+            )
+            .server_streaming()
+            .build(),
         )
         .build()
 }

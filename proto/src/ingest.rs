@@ -179,8 +179,8 @@ fn text_len(tag: u32, text: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use prost::Message;
     use proptest::prelude::*;
+    use prost::Message;
 
     use super::*;
     use crate::v1;
@@ -188,11 +188,7 @@ mod tests {
     /// Any text, with room for rows of every size, ids past 15 bytes and
     /// characters of several bytes.
     fn text() -> impl Strategy<Value = String> {
-        prop_oneof![
-            "[RBG]{0,5}",
-            "[RBGx é\u{1F600}]{0,20}",
-            ".{0,40}",
-        ]
+        prop_oneof!["[RBG]{0,5}", "[RBGx é\u{1F600}]{0,20}", ".{0,40}",]
     }
 
     fn wire_puzzle() -> impl Strategy<Value = v1::Puzzle> {
@@ -265,7 +261,11 @@ mod tests {
             let puzzle = &read.puzzles[0];
             assert!(!puzzle.start.spilled() && !puzzle.target.spilled());
             assert!(
-                puzzle.start.iter().chain(&puzzle.target).all(|r| r.0.len() <= 15)
+                puzzle
+                    .start
+                    .iter()
+                    .chain(&puzzle.target)
+                    .all(|r| r.0.len() <= 15)
                     && puzzle.id.len() <= 15,
                 "every string inline"
             );

@@ -14,6 +14,12 @@
 //! statistics](super::traffic) (the dashboard's figures and the traffic
 //! totals of `/metrics`), under the same lock: a group of results is one
 //! step of both, and the figures match the sequence numbers.
+//!
+//! Results are most of the events, one per puzzle answered, so recording
+//! one allocates nothing once the log is full: the retained events are a
+//! ring whose oldest entry is overwritten in place, its strings reusing
+//! their buffers ([`copy_result`]). A copy for the live channel is made
+//! only while a watcher is subscribed.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -41,7 +47,7 @@ pub struct Gone {
 struct Inner {
     next: u64,
     next_batch: u64,
-    retained: VecDeque<Arc<v1::ClusterEvent>>,
+    retained: VecDeque<v1::ClusterEvent>,
     capacity: usize,
     traffic: TrafficStats,
 }
@@ -120,20 +126,49 @@ impl EventLog {
 
     /// One event, under the lock.
     fn record(&self, inner: &mut Inner, kind: Kind, now: i64) {
-        let event = Arc::new(v1::ClusterEvent {
-            sequence: inner.next,
-            unix_ms: now,
-            kind: Some(kind),
+        self.record_with(inner, now, |event| event.kind = Some(kind));
+    }
+
+    /// One result of request `batch`, under the lock, copied into the
+    /// ring (see the module documentation).
+    fn record_result(&self, inner: &mut Inner, batch: u64, result: &v1::PuzzleResult, now: i64) {
+        self.record_with(inner, now, |event| match &mut event.kind {
+            Some(Kind::Result(logged)) => {
+                logged.batch = batch;
+                match &mut logged.result {
+                    Some(to) => copy_result(to, result),
+                    none => *none = Some(result.clone()),
+                }
+            }
+            other => {
+                *other = Some(Kind::Result(v1::ResultEvent {
+                    batch,
+                    result: Some(result.clone()),
+                }));
+            }
         });
-        inner.traffic.observe(&event);
+    }
+
+    /// The next event, written by `write` into the ring's next entry (the
+    /// oldest one, reused, once the ring is full), then counted and sent
+    /// to live watchers.
+    fn record_with(&self, inner: &mut Inner, now: i64, write: impl FnOnce(&mut v1::ClusterEvent)) {
+        let mut event = if inner.retained.len() == inner.capacity {
+            inner.retained.pop_front().unwrap_or_default()
+        } else {
+            v1::ClusterEvent::default()
+        };
+        event.sequence = inner.next;
+        event.unix_ms = now;
+        write(&mut event);
         inner.next += 1;
-        if inner.retained.len() == inner.capacity {
-            inner.retained.pop_front();
+        inner.traffic.observe(&event);
+        // Sent under the lock so live order is sequence order; subscribing
+        // takes the lock too, so no watcher misses an event here.
+        if self.live.receiver_count() > 0 {
+            let _ = self.live.send(Arc::new(event.clone()));
         }
-        inner.retained.push_back(event.clone());
-        // Sent under the lock so live order is sequence order. No receiver
-        // is not an error.
-        let _ = self.live.send(event);
+        inner.retained.push_back(event);
     }
 
     /// Starts a watcher: from `from` (retained events first), or from now.
@@ -191,7 +226,42 @@ fn since(inner: &Inner, from: u64) -> Result<Vec<Arc<v1::ClusterEvent>>, Gone> {
         });
     }
     let skip = (from - oldest) as usize;
-    Ok(inner.retained.iter().skip(skip).cloned().collect())
+    Ok(inner
+        .retained
+        .iter()
+        .skip(skip)
+        .map(|e| Arc::new(e.clone()))
+        .collect())
+}
+
+/// Makes `to` a copy of `from`, reusing `to`'s strings' buffers where it
+/// can (a derived `clone_from` would allocate them anew).
+pub(super) fn copy_result(to: &mut v1::PuzzleResult, from: &v1::PuzzleResult) {
+    to.id.clone_from(&from.id);
+    to.index = from.index;
+    match (&mut to.outcome, &from.outcome) {
+        (Some(puzzle_result::Outcome::Solved(to)), Some(puzzle_result::Outcome::Solved(from))) => {
+            // Every field named: a new one does not compile until it is
+            // copied here.
+            let v1::Solved {
+                moves,
+                solution,
+                strategy,
+                worker,
+                time_us,
+                cached,
+                shared,
+            } = from;
+            to.moves = *moves;
+            to.solution.clone_from(solution);
+            to.strategy.clone_from(strategy);
+            to.worker.clone_from(worker);
+            to.time_us = *time_us;
+            to.cached = *cached;
+            to.shared = *shared;
+        }
+        (to, from) => to.clone_from(from),
+    }
 }
 
 /// Follows one request for the event log: numbers it, announces it, and
@@ -253,28 +323,30 @@ impl BatchEvents {
     /// Reports results that arrived together, as one step of the log, and
     /// progress at every tenth of the batch they pass.
     pub fn results(&mut self, results: &[v1::PuzzleResult]) {
-        let mut kinds = Vec::with_capacity(results.len() + 1);
+        if results.is_empty() {
+            return;
+        }
         let step = progress_step(self.total);
+        let now = unix_ms();
+        let log = &self.log;
+        let mut inner = log.lock();
         for result in results {
             match result.outcome {
                 Some(puzzle_result::Outcome::Error(_)) => self.errors += 1,
                 _ => self.solved += 1,
             }
-            kinds.push(Kind::Result(v1::ResultEvent {
-                batch: self.batch,
-                result: Some(result.clone()),
-            }));
+            log.record_result(&mut inner, self.batch, result, now);
             let done = self.solved + self.errors;
             if done >= self.next_progress && done < self.total {
-                kinds.push(Kind::BatchProgress(v1::BatchProgress {
+                let progress = Kind::BatchProgress(v1::BatchProgress {
                     batch: self.batch,
                     done,
                     total: self.total,
-                }));
+                });
+                log.record(&mut inner, progress, now);
                 self.next_progress = done + step;
             }
         }
-        self.log.publish_all(kinds);
     }
 
     /// Reports the end of the request; `outcome` is `complete` or why not.
@@ -453,6 +525,94 @@ mod tests {
             0,
             "nothing older is kept"
         );
+    }
+
+    fn answer(id: &str, moves: i64, solution: &str, worker: &str) -> v1::PuzzleResult {
+        v1::PuzzleResult {
+            id: id.into(),
+            index: moves as u64,
+            outcome: Some(puzzle_result::Outcome::Solved(v1::Solved {
+                moves,
+                solution: solution.into(),
+                strategy: "bidir".into(),
+                worker: worker.into(),
+                time_us: 7,
+                cached: moves % 2 == 0,
+                shared: moves % 3 == 0,
+            })),
+        }
+    }
+
+    #[test]
+    fn a_full_ring_reuses_its_entries_and_keeps_every_event_whole() {
+        // Results of every shape written over each other: solved over
+        // solved (longer and shorter strings), an error over a solved one,
+        // a solved one over an error, and other events between them.
+        let results = [
+            answer("first-id-longer-than-inline", 3, "r22 c23 r23", "w-1"),
+            answer("p2", 1, "c22", "another-worker-name"),
+            v1::PuzzleResult::failed("p3".into(), 3, "gave up".into()),
+            answer("p4", 6, "r22 c33 r23 c22 r33 c23", "w-1"),
+            answer("", 0, "", "w-2"),
+            v1::PuzzleResult::failed("p6".into(), 6, "gave up again".into()),
+            answer("p7", 2, "r22 c22", "w-3"),
+        ];
+        let log = Arc::new(EventLog::new(3));
+        let mut watcher = log.subscribe(None).unwrap();
+        let mut batch =
+            BatchEvents::accept(log.clone(), results.len(), "solve_batch", "normal", "c");
+        let mut sent = Vec::new();
+        for (n, r) in results.iter().enumerate() {
+            batch.results(std::slice::from_ref(r));
+            if n % 3 == 1 {
+                log.publish(joined(n as u64));
+            }
+            sent.push(r.clone());
+        }
+        // The watcher saw each result as it was, in sequence order.
+        let mut live = Vec::new();
+        let mut last = 0;
+        while let Ok(e) = watcher.live.try_recv() {
+            assert_eq!(e.sequence, last + 1, "consecutive");
+            last = e.sequence;
+            if let Some(Kind::Result(r)) = &e.kind {
+                live.push(r.result.clone().unwrap());
+            }
+        }
+        assert_eq!(live, sent);
+        // The ring holds the newest three, whole.
+        let newest = log.since(last - 2).unwrap();
+        let kept: Vec<_> = newest.iter().map(|e| (*e.as_ref()).clone()).collect();
+        assert_eq!(kept.len(), 3);
+        assert_eq!(
+            kept[2].kind,
+            Some(Kind::Result(v1::ResultEvent {
+                batch: 1,
+                result: Some(sent[6].clone()),
+            }))
+        );
+        assert!(kept.iter().map(|e| e.sequence).eq(last - 2..=last));
+        // The dashboard's recent results are as sent too.
+        let recent = log.traffic().results;
+        assert_eq!(recent[0].id, "p7");
+        assert_eq!(recent.len(), 5, "solved results only");
+    }
+
+    #[test]
+    fn a_copied_result_equals_its_source_whatever_it_overwrote() {
+        let shapes = [
+            answer("a-very-long-identifier-indeed", 9, "r22 c23 r23 c22", "w"),
+            answer("", -1, "", ""),
+            v1::PuzzleResult::failed("f".into(), 1, "lost".into()),
+            v1::PuzzleResult::default(),
+        ];
+        for from in &shapes {
+            for before in &shapes {
+                let mut to = before.clone();
+                copy_result(&mut to, from);
+                assert_eq!(&to, from);
+            }
+        }
     }
 
     #[test]

@@ -11,7 +11,6 @@
 //! counters.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Arc;
 
 use colball_proto::v1::{self, cluster_event::Kind, puzzle_result};
 use prometheus_client::metrics::counter::Counter;
@@ -166,7 +165,7 @@ pub struct TrafficStats {
     latency: Histogram,
     /// The newest result events, formatted only when the dashboard asks
     /// (a busy coordinator publishes far more than anyone reads).
-    results: VecDeque<Arc<v1::ClusterEvent>>,
+    results: VecDeque<v1::ClusterEvent>,
     failures: VecDeque<Recent>,
     times_us: VecDeque<u64>,
     pub(super) created_ms: i64,
@@ -214,7 +213,7 @@ impl TrafficStats {
     }
 
     /// Counts one event of the log (at its time).
-    pub fn observe(&mut self, event: &Arc<v1::ClusterEvent>) {
+    pub fn observe(&mut self, event: &v1::ClusterEvent) {
         let now = event.unix_ms;
         match &event.kind {
             Some(Kind::QueueDepth(d)) => {
@@ -237,7 +236,7 @@ impl TrafficStats {
         }
     }
 
-    fn result(&mut self, r: &v1::ResultEvent, event: &Arc<v1::ClusterEvent>, now: i64) {
+    fn result(&mut self, r: &v1::ResultEvent, event: &v1::ClusterEvent, now: i64) {
         let Some(result) = &r.result else { return };
         match &result.outcome {
             Some(puzzle_result::Outcome::Solved(s)) => {
@@ -269,7 +268,7 @@ impl TrafficStats {
                     }
                     self.times_us.push_back(s.time_us);
                 }
-                push(&mut self.results, event.clone());
+                push_copy(&mut self.results, event);
             }
             Some(puzzle_result::Outcome::Error(e)) => {
                 self.errors.inc();
@@ -315,7 +314,7 @@ impl TrafficStats {
                 .results
                 .iter()
                 .rev()
-                .filter_map(|e| recent_result(e))
+                .filter_map(recent_result)
                 .collect(),
             failures: self.failures.iter().rev().cloned().collect(),
             p50_us: pct(50),
@@ -427,6 +426,31 @@ fn recent_result(event: &v1::ClusterEvent) -> Option<Recent> {
         id: result.id.clone(),
         text,
     })
+}
+
+/// Appends a copy of a result event to a ring of the newest [`RECENT`],
+/// reusing the oldest one's buffers once the ring is full.
+fn push_copy(ring: &mut VecDeque<v1::ClusterEvent>, event: &v1::ClusterEvent) {
+    if ring.len() < RECENT {
+        ring.push_back(event.clone());
+        return;
+    }
+    let Some(mut oldest) = ring.pop_front() else {
+        return;
+    };
+    oldest.sequence = event.sequence;
+    oldest.unix_ms = event.unix_ms;
+    match (&mut oldest.kind, &event.kind) {
+        (Some(Kind::Result(to)), Some(Kind::Result(from))) => {
+            to.batch = from.batch;
+            match (&mut to.result, &from.result) {
+                (Some(to), Some(from)) => super::events::copy_result(to, from),
+                (to, from) => to.clone_from(from),
+            }
+        }
+        (to, from) => to.clone_from(from),
+    }
+    ring.push_back(oldest);
 }
 
 /// Appends to a ring of the newest [`RECENT`] items.

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use colball_proto::MAX_MESSAGE_BYTES;
-use colball_proto::v1;
 use colball_proto::ingest::solver_server::SolverServer;
+use colball_proto::v1;
 use colball_proto::v1::workers_server::WorkersServer;
 use tokio::net::TcpListener;
 use tokio_stream::StreamExt;
