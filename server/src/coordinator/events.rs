@@ -47,7 +47,10 @@ pub struct Gone {
 struct Inner {
     next: u64,
     next_batch: u64,
-    retained: VecDeque<v1::ClusterEvent>,
+    /// Boxed, so that the ring grows by copying pointers (a ring of
+    /// events inline would copy and briefly hold twice its megabytes each
+    /// time it doubled), and an entry pushed out is reused whole.
+    retained: VecDeque<Box<v1::ClusterEvent>>,
     capacity: usize,
     traffic: TrafficStats,
 }
@@ -156,7 +159,7 @@ impl EventLog {
         let mut event = if inner.retained.len() == inner.capacity {
             inner.retained.pop_front().unwrap_or_default()
         } else {
-            v1::ClusterEvent::default()
+            Box::default()
         };
         event.sequence = inner.next;
         event.unix_ms = now;
@@ -166,7 +169,7 @@ impl EventLog {
         // Sent under the lock so live order is sequence order; subscribing
         // takes the lock too, so no watcher misses an event here.
         if self.live.receiver_count() > 0 {
-            let _ = self.live.send(Arc::new(event.clone()));
+            let _ = self.live.send(Arc::new((*event).clone()));
         }
         inner.retained.push_back(event);
     }
@@ -230,7 +233,7 @@ fn since(inner: &Inner, from: u64) -> Result<Vec<Arc<v1::ClusterEvent>>, Gone> {
         .retained
         .iter()
         .skip(skip)
-        .map(|e| Arc::new(e.clone()))
+        .map(|e| Arc::new((**e).clone()))
         .collect())
 }
 
