@@ -104,15 +104,18 @@ impl DistanceTable {
             return self.top_down_part(frontier, next_code);
         }
         let per_thread = frontier.len().div_ceil(threads);
+        let mut parts = frontier.chunks(per_thread);
+        let own = parts.next().unwrap_or_default();
         std::thread::scope(|scope| {
-            let parts: Vec<_> = frontier
-                .chunks(per_thread)
+            // The calling thread takes the first part itself.
+            let others: Vec<_> = parts
                 .map(|part| scope.spawn(move || self.top_down_part(part, next_code)))
                 .collect();
-            parts
-                .into_iter()
-                .flat_map(|p| p.join().expect("table build thread panicked"))
-                .collect()
+            let mut next = self.top_down_part(own, next_code);
+            for other in others {
+                next.extend(other.join().expect("table build thread panicked"));
+            }
+            next
         })
     }
 
@@ -151,18 +154,26 @@ impl DistanceTable {
     /// returns how many were marked.
     fn bottom_up(&self, states: usize, code: u64, next: u64, threads: usize) -> usize {
         let words = self.codes.len();
+        let threads = threads.max(1);
         let per_thread = words.div_ceil(threads);
+        let range = |t: usize| (t * per_thread).min(words)..((t + 1) * per_thread).min(words);
+        if threads == 1 {
+            return self.bottom_up_words(range(0), states, code, next);
+        }
         std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..threads)
+            // The calling thread takes the first part itself: one thread
+            // (a worker's solver thread) starts no other.
+            let others: Vec<_> = (1..threads)
                 .map(|t| {
-                    let range = (t * per_thread).min(words)..((t + 1) * per_thread).min(words);
+                    let range = range(t);
                     scope.spawn(move || self.bottom_up_words(range, states, code, next))
                 })
                 .collect();
-            workers
+            let own = self.bottom_up_words(range(0), states, code, next);
+            own + others
                 .into_iter()
                 .map(|w| w.join().expect("table build thread panicked"))
-                .sum()
+                .sum::<usize>()
         })
     }
 
