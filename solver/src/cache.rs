@@ -73,7 +73,9 @@ fn entry_bytes(path: &CachedPath) -> usize {
 /// Solved puzzles, shared by threads.
 #[derive(Debug)]
 pub struct SolutionCache {
-    map: DashMap<CanonicalKey, CachedPath>,
+    /// Hashed with foldhash, seeded per process (the keys come from the
+    /// puzzles clients send; SipHash cost more than the lookup).
+    map: DashMap<CanonicalKey, CachedPath, foldhash::quality::RandomState>,
     order: Mutex<VecDeque<CanonicalKey>>,
     bytes: AtomicUsize,
     max_entries: usize,
@@ -87,7 +89,7 @@ pub struct SolutionCache {
 impl SolutionCache {
     pub fn new(config: &CacheConfig) -> SolutionCache {
         SolutionCache {
-            map: DashMap::new(),
+            map: DashMap::default(),
             order: Mutex::new(VecDeque::new()),
             bytes: AtomicUsize::new(0),
             max_entries: config.max_entries,

@@ -161,8 +161,9 @@ pub struct Engine {
     config: EngineConfig,
     solutions: SolutionCache,
     tables: TableCache,
-    /// Puzzles announced per canonical target.
-    demand: DashMap<TableKey, u64>,
+    /// Puzzles announced per canonical target (a worker announces every
+    /// task it receives: hashed with foldhash, seeded, as the cache).
+    demand: DashMap<TableKey, u64, foldhash::quality::RandomState>,
     solved: [AtomicU64; 4],
 }
 
@@ -172,7 +173,7 @@ impl Engine {
             solutions: SolutionCache::new(&config.cache),
             tables: TableCache::new(&config.cache),
             config,
-            demand: DashMap::new(),
+            demand: DashMap::default(),
             solved: Default::default(),
         })
     }
@@ -207,14 +208,24 @@ impl Engine {
         if self.config.strategy != Strategy::Auto {
             return;
         }
+        let mut grew = false;
         for p in puzzles {
             let (target, _) = canonical_target(p.target());
-            update(&mut self.demand.entry(table_key(target)).or_insert(0));
+            match self.demand.entry(table_key(target)) {
+                dashmap::Entry::Occupied(mut known) => update(known.get_mut()),
+                dashmap::Entry::Vacant(new) => {
+                    let mut n = 0;
+                    update(&mut n);
+                    new.insert(n);
+                    grew = true;
+                }
+            }
         }
         // Bounded: a long-running worker sees endless distinct targets. Past
         // the limit, targets seen once are forgotten (they are far from any
         // break-even), and if that is not enough, all counts start afresh.
-        if self.demand.len() > MAX_DEMAND_ENTRIES {
+        // (Counted only when a target was added: `len` visits every shard.)
+        if grew && self.demand.len() > MAX_DEMAND_ENTRIES {
             self.demand.retain(|_, n| *n > 1);
             if self.demand.len() > MAX_DEMAND_ENTRIES / 2 {
                 self.demand.clear();
