@@ -23,6 +23,14 @@ use colball_proto::v1;
 use colball_solver::{Board, Puzzle, Size};
 use rusqlite::{Connection, OptionalExtension, params};
 
+/// The start of every query that reads whole job rows: its columns are the
+/// ones [`row`] reads, in its order.
+macro_rules! select_jobs {
+    () => {
+        "SELECT seq, owner, name, priority, state, puzzles, solved, errors, created_ms, finished_ms, failure, fail_fast, any_order FROM jobs WHERE "
+    };
+}
+
 /// The database file's name under the data dir.
 pub const FILE_NAME: &str = "colball.sqlite3";
 
@@ -484,9 +492,7 @@ impl Store {
     pub fn job(&self, job: i64) -> Result<Option<JobRow>, StoreError> {
         let conn = self.conn();
         Ok(conn
-            .prepare_cached(
-                "SELECT seq, owner, name, priority, state, puzzles, solved, errors, created_ms, finished_ms, failure, fail_fast, any_order FROM jobs WHERE seq = ?1",
-            )?
+            .prepare_cached(concat!(select_jobs!(), "seq = ?1"))?
             .query_row([job], |r| row(r, &self.instance))
             .optional()?)
     }
@@ -494,9 +500,10 @@ impl Store {
     /// The owner's jobs (acknowledged ones), newest first.
     pub fn list(&self, owner: &str) -> Result<Vec<JobRow>, StoreError> {
         let conn = self.conn();
-        let mut q = conn.prepare_cached(
-            "SELECT seq, owner, name, priority, state, puzzles, solved, errors, created_ms, finished_ms, failure, fail_fast, any_order FROM jobs WHERE owner = ?1 AND state != 0 ORDER BY seq DESC",
-        )?;
+        let mut q = conn.prepare_cached(concat!(
+            select_jobs!(),
+            "owner = ?1 AND state != 0 ORDER BY seq DESC"
+        ))?;
         let rows = q
             .query_map([owner], |r| row(r, &self.instance))?
             .collect::<Result<Vec<_>, _>>()?;
@@ -506,9 +513,7 @@ impl Store {
     /// Jobs queued or running (after a restart: to take up again).
     pub fn unfinished(&self) -> Result<Vec<JobRow>, StoreError> {
         let conn = self.conn();
-        let mut q = conn.prepare_cached(
-            "SELECT seq, owner, name, priority, state, puzzles, solved, errors, created_ms, finished_ms, failure, fail_fast, any_order FROM jobs WHERE state IN (1, 2) ORDER BY seq",
-        )?;
+        let mut q = conn.prepare_cached(concat!(select_jobs!(), "state IN (1, 2) ORDER BY seq"))?;
         let rows = q
             .query_map([], |r| row(r, &self.instance))?
             .collect::<Result<Vec<_>, _>>()?;
