@@ -22,6 +22,14 @@
 //! 1,000 sessions need 20 connections. `COLBALL_SERVER=PATH` measures
 //! another build of the coordinator (an older commit's, for a ratio in one
 //! sitting).
+//!
+//! `AGAINST=PATH` compares this build with another, side by side: for
+//! each session count, `ROUNDS` (default 5) rounds that each run both
+//! coordinators on the same puzzles, one after the other (in alternating
+//! order, so that a host speeding up or slowing down favours neither),
+//! then the median of the rounds' ratios of CPU per puzzle and of
+//! throughput. On a noisy host the median ratio of many short pairs is the
+//! figure to compare, not one run of each. The memory figures are skipped.
 
 #![allow(clippy::unwrap_used)] // a benchmark: a failed unwrap is a failed run
 
@@ -194,11 +202,99 @@ async fn sessions(
 /// admitting a million puzzles at once keeps its two cores busy for a
 /// while.
 fn coordinator(extra: &[&str]) -> procs::Coordinator {
+    coordinator_of(&server_bin(BIN), extra)
+}
+
+fn coordinator_of(bin: &std::path::Path, extra: &[&str]) -> procs::Coordinator {
     let args: Vec<&str> = ["--cache-entries", "0"]
         .into_iter()
         .chain(extra.iter().copied())
         .collect();
-    procs::coordinator_beating(&server_bin(BIN), "127.0.0.1:0", 1000, &args)
+    procs::coordinator_beating(bin, "127.0.0.1:0", 1000, &args)
+}
+
+/// One run: a coordinator of `bin` with `n` sessions; `puzzles` sent by
+/// `clients` after a warm-up. Returns puzzles per second and the
+/// coordinator's CPU per puzzle in microseconds.
+async fn measure(
+    bin: &std::path::Path,
+    n: usize,
+    answers: &Arc<Answers>,
+    puzzles: &Arc<Vec<(String, Puzzle)>>,
+    clients: usize,
+) -> (f64, f64) {
+    let count = puzzles.len();
+    let c = coordinator_of(bin, &["--max-batches-per-client", "64"]);
+    let stop = tokio_util::sync::CancellationToken::new();
+    sessions(&c.url, n, answers, false, &stop).await;
+    procs::wait_metric(&c.http, "workers", |w| w as usize == n).await;
+    // Warm up: the first requests grow the coordinator's tables.
+    let warm = Arc::new(puzzles[..count.min(20_000)].to_vec());
+    send_all(&c.url, &warm, 1).await;
+    let pid = c.proc.pid();
+    let cpu = cpu_seconds(pid);
+    let began = Instant::now();
+    send_all(&c.url, puzzles, clients).await;
+    let wall = began.elapsed().as_secs_f64();
+    let cpu = cpu_seconds(pid) - cpu;
+    stop.cancel();
+    (count as f64 / wall, 1e6 * cpu / count as f64)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// `AGAINST`: this build and another, side by side (see the module
+/// documentation).
+async fn compare(
+    against: &std::path::Path,
+    counts: &[usize],
+    answers: &Arc<Answers>,
+    puzzles: &Arc<Vec<(String, Puzzle)>>,
+    clients: usize,
+) {
+    let rounds = env("ROUNDS", 5).max(1);
+    let this = server_bin(BIN);
+    println!(
+        "this build: {}\nagainst: {}\n",
+        this.display(),
+        against.display()
+    );
+    println!(
+        "| sessions | round | this: puzzles/s, CPU per puzzle | against: puzzles/s, CPU per puzzle | CPU ratio | throughput ratio |"
+    );
+    println!("|---:|---:|---|---|---:|---:|");
+    for &n in counts {
+        let (mut cpu, mut speed) = (Vec::new(), Vec::new());
+        for round in 0..rounds {
+            let (a, b) = if round % 2 == 0 {
+                let a = measure(&this, n, answers, puzzles, clients).await;
+                (a, measure(against, n, answers, puzzles, clients).await)
+            } else {
+                let b = measure(against, n, answers, puzzles, clients).await;
+                (measure(&this, n, answers, puzzles, clients).await, b)
+            };
+            cpu.push(a.1 / b.1);
+            speed.push(a.0 / b.0);
+            println!(
+                "| {n} | {} | {:.0}/s, {:.2} us | {:.0}/s, {:.2} us | {:.2} | {:.2} |",
+                round + 1,
+                a.0,
+                a.1,
+                b.0,
+                b.1,
+                a.1 / b.1,
+                a.0 / b.0
+            );
+        }
+        println!(
+            "| {n} | median | | | **{:.2}** | **{:.2}** |",
+            median(cpu),
+            median(speed)
+        );
+    }
 }
 
 /// Sends `puzzles` over `clients` connections in `SolveBatch` requests of
@@ -240,28 +336,22 @@ async fn main() {
     println!(
         "colball ceiling bench: a coordinator process (result cache off) and N simulated worker sessions answering at once; {count} 3x3 puzzles as SolveBatch requests from {clients} clients; all on loopback\n"
     );
+    if let Some(against) = std::env::var_os("AGAINST") {
+        compare(
+            std::path::Path::new(&against),
+            &counts,
+            &answers,
+            &puzzles,
+            clients,
+        )
+        .await;
+        return;
+    }
     println!("| sessions | puzzles/s | coordinator CPU per puzzle |");
     println!("|---:|---:|---:|");
     for &n in &counts {
-        let c = coordinator(&["--max-batches-per-client", "64"]);
-        let stop = tokio_util::sync::CancellationToken::new();
-        sessions(&c.url, n, &answers, false, &stop).await;
-        procs::wait_metric(&c.http, "workers", |w| w as usize == n).await;
-        // Warm up: the first requests grow the coordinator's tables.
-        let warm = Arc::new(puzzles[..count.min(20_000)].to_vec());
-        send_all(&c.url, &warm, 1).await;
-        let pid = c.proc.pid();
-        let cpu = cpu_seconds(pid);
-        let began = Instant::now();
-        send_all(&c.url, &puzzles, clients).await;
-        let wall = began.elapsed().as_secs_f64();
-        let cpu = cpu_seconds(pid) - cpu;
-        println!(
-            "| {n} | {:.0} | {:.2} us |",
-            count as f64 / wall,
-            1e6 * cpu / count as f64
-        );
-        stop.cancel();
+        let (speed, cpu) = measure(&server_bin(BIN), n, &answers, &puzzles, clients).await;
+        println!("| {n} | {speed:.0} | {cpu:.2} us |");
     }
 
     // Memory per queued puzzle.
