@@ -14,6 +14,7 @@ mod cli_jobs;
 mod cluster;
 mod dashboard;
 mod deploy;
+mod grpcurl;
 mod hostile;
 mod jobs;
 mod ops;
