@@ -137,8 +137,13 @@ impl EventLog {
     fn record_result(&self, inner: &mut Inner, batch: u64, result: &v1::PuzzleResult, now: i64) {
         self.record_with(inner, now, |event| match &mut event.kind {
             Some(Kind::Result(logged)) => {
-                logged.batch = batch;
-                match &mut logged.result {
+                // Every field named, as in `copy_result`.
+                let v1::ResultEvent {
+                    batch: logged_batch,
+                    result: logged_result,
+                } = logged;
+                *logged_batch = batch;
+                match logged_result {
                     Some(to) => copy_result(to, result),
                     none => *none = Some(result.clone()),
                 }

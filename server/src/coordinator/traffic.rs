@@ -442,8 +442,10 @@ fn push_copy(ring: &mut VecDeque<v1::ClusterEvent>, event: &v1::ClusterEvent) {
     oldest.unix_ms = event.unix_ms;
     match (&mut oldest.kind, &event.kind) {
         (Some(Kind::Result(to)), Some(Kind::Result(from))) => {
-            to.batch = from.batch;
-            match (&mut to.result, &from.result) {
+            // Every field named, as in `copy_result`.
+            let v1::ResultEvent { batch, result } = from;
+            to.batch = *batch;
+            match (&mut to.result, result) {
                 (Some(to), Some(from)) => super::events::copy_result(to, from),
                 (to, from) => to.clone_from(from),
             }
