@@ -20,6 +20,11 @@
 //!
 //! The coordinator's `Solver` service is generated from these types
 //! ([`solver_server`]); the client keeps [`v1::solver_client`](crate::v1::solver_client).
+//!
+//! A request keeps at most [`MAX_PUZZLES`] puzzles: those past it are read
+//! (a malformed one still fails the message) and counted, not kept, so the
+//! smallest puzzles a 16 MiB message can hold (two bytes each) cannot make
+//! one request take gigabytes before its size is checked.
 
 use ecow::EcoString;
 use prost::bytes::{Buf, BufMut};
@@ -38,15 +43,76 @@ mod generated {
 }
 pub use generated::solver_server;
 
+/// The most puzzles a request keeps (see the module documentation): the
+/// largest `--max-batch` the coordinator accepts.
+pub const MAX_PUZZLES: usize = if cfg!(test) { 1_000 } else { 1_000_000 };
+
 /// `colball.v1.SolveBatchRequest` as the coordinator reads it.
-#[derive(Clone, PartialEq, prost::Message)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct SolveBatchRequest {
-    #[prost(message, repeated, tag = "1")]
+    /// Field 1, up to [`MAX_PUZZLES`].
     pub puzzles: Vec<Puzzle>,
-    #[prost(bool, tag = "2")]
+    /// Field 2.
     pub ordered: bool,
-    #[prost(enumeration = "crate::v1::Priority", tag = "3")]
+    /// Field 3 (a `colball.v1.Priority`).
     pub priority: i32,
+    /// Puzzles the message held past [`MAX_PUZZLES`] (read, not kept; not
+    /// a field on the wire).
+    pub beyond: usize,
+}
+
+impl prost::Message for SolveBatchRequest {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        for puzzle in &self.puzzles {
+            encoding::message::encode(1, puzzle, buf);
+        }
+        if self.ordered {
+            encoding::bool::encode(2, &self.ordered, buf);
+        }
+        if self.priority != 0 {
+            encoding::int32::encode(3, &self.priority, buf);
+        }
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), prost::DecodeError> {
+        match tag {
+            1 if self.puzzles.len() < MAX_PUZZLES => {
+                encoding::message::merge_repeated(wire_type, &mut self.puzzles, buf, ctx)
+            }
+            1 => {
+                encoding::message::merge(wire_type, &mut Puzzle::default(), buf, ctx)?;
+                self.beyond += 1;
+                Ok(())
+            }
+            2 => encoding::bool::merge(wire_type, &mut self.ordered, buf, ctx),
+            3 => encoding::int32::merge(wire_type, &mut self.priority, buf, ctx),
+            _ => encoding::skip_field(wire_type, tag, buf, ctx),
+        }
+    }
+
+    fn encoded_len(&self) -> usize {
+        encoding::message::encoded_len_repeated(1, &self.puzzles)
+            + if self.ordered {
+                encoding::bool::encoded_len(2, &self.ordered)
+            } else {
+                0
+            }
+            + if self.priority != 0 {
+                encoding::int32::encoded_len(3, &self.priority)
+            } else {
+                0
+            }
+    }
+
+    fn clear(&mut self) {
+        *self = SolveBatchRequest::default();
+    }
 }
 
 /// One row of a board as sent: inline up to 15 bytes (any valid row).
@@ -271,6 +337,27 @@ mod tests {
             );
             assert_eq!(crate::puzzle_from_wire(puzzle), Ok(p));
         }
+    }
+
+    #[test]
+    fn puzzles_past_the_cap_are_read_and_counted_not_kept() {
+        let puzzle = v1::Puzzle {
+            id: "p".into(),
+            start: vec!["RB".into(), "GG".into()],
+            target: vec!["BR".into(), "GG".into()],
+        };
+        let sent = v1::SolveBatchRequest {
+            puzzles: vec![puzzle; MAX_PUZZLES + 3],
+            ordered: true,
+            priority: 2,
+        };
+        let mut bytes = sent.encode_to_vec();
+        let read = SolveBatchRequest::decode(bytes.as_slice()).unwrap();
+        assert_eq!((read.puzzles.len(), read.beyond), (MAX_PUZZLES, 3));
+        assert!(read.ordered && read.priority == 2);
+        // One past the cap that is not UTF-8 still fails the message.
+        bytes.extend([0x0a, 0x04, 0x12, 0x02, 0xff, 0xfe]);
+        assert!(SolveBatchRequest::decode(bytes.as_slice()).is_err());
     }
 
     #[test]

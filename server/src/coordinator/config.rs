@@ -167,6 +167,17 @@ impl Config {
                 return bad(field, flag, "must be at least 1, not 0".into());
             }
         }
+        if self.max_batch > colball_proto::ingest::MAX_PUZZLES {
+            return bad(
+                "max_batch",
+                "--max-batch",
+                format!(
+                    "must be at most {} (a request keeps no more), not {}",
+                    colball_proto::ingest::MAX_PUZZLES,
+                    self.max_batch
+                ),
+            );
+        }
         if !(1..=state::MAX_ATTEMPTS).contains(&self.max_attempts) {
             return bad(
                 "max_attempts",
@@ -235,10 +246,11 @@ mod tests {
     fn a_config_is_checked_in_one_place_naming_what_is_wrong() {
         assert!(Config::default().validate().is_ok());
         type Spoil = fn(&mut Config);
-        let cases: [(Spoil, &str); 7] = [
+        let cases: [(Spoil, &str); 8] = [
             (|c| c.max_attempts = 0, "--max-attempts"),
             (|c| c.max_attempts = 70_000, "--max-attempts"),
             (|c| c.max_batch = 0, "--max-batch"),
+            (|c| c.max_batch = 1_000_001, "--max-batch"),
             (|c| c.max_unread = 0, "--max-unread"),
             (|c| c.audit_rate = f64::NAN, "--audit-rate"),
             (

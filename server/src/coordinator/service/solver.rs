@@ -211,6 +211,15 @@ impl Solver for SolverService {
             client,
             priority: priority(request.priority, Priority::Normal)?,
         };
+        if request.beyond > 0 {
+            // More than any --max-batch: refused as over the limit, with
+            // the count the client sent.
+            return Err(ServerError::BatchTooLarge {
+                batch: request.puzzles.len() + request.beyond,
+                limit: self.shared.config.max_batch,
+            }
+            .into());
+        }
         let batch = self.parse(request.puzzles)?;
         let admitted = self.admit(batch, "solve_batch", caller).await?;
         tracing::debug!(
