@@ -323,3 +323,98 @@ async fn each_limit_names_itself_and_its_flag() {
     drop((second, third));
     cluster.shutdown().await;
 }
+
+/// Sends encoded bytes as they are (a request no generated client would
+/// build) and reads results as the generated messages.
+#[derive(Debug, Clone, Default)]
+struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = v1::PuzzleResult;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+
+    fn decoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = v1::PuzzleResult;
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<v1::PuzzleResult>, tonic::Status> {
+        use colball_proto::prost::Message;
+        v1::PuzzleResult::decode(src)
+            .map(Some)
+            .map_err(|e| tonic::Status::internal(e.to_string()))
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        use colball_proto::prost::bytes::BufMut;
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+/// The most puzzles a 16 MiB message holds are empty ones, two bytes each:
+/// a coordinator process refuses such a request as over `--max-batch`,
+/// naming the count sent, without holding all of them (decoded, they would
+/// take 1.5 GB).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_of_millions_of_empty_puzzles_is_refused_within_bounded_memory() {
+    use colball_testkit::procs;
+    const EMPTY: usize = 8_000_000;
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_colball-server"));
+    let c = procs::coordinator(bin, "127.0.0.1:0", &[]);
+    let (before, _) = c.proc.memory_kib().unwrap();
+    // Field 1 (a puzzle), length 0, eight million times.
+    let bytes = [0x0a_u8, 0x00].repeat(EMPTY);
+    assert!(bytes.len() < MAX_MESSAGE_BYTES);
+    let channel = tonic::transport::Endpoint::from_shared(c.url.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel).max_encoding_message_size(MAX_MESSAGE_BYTES);
+    grpc.ready().await.unwrap();
+    let status = grpc
+        .server_streaming(
+            tonic::Request::new(bytes),
+            tonic::codegen::http::uri::PathAndQuery::from_static("/colball.v1.Solver/SolveBatch"),
+            RawCodec,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains(&format!("batch of {EMPTY} puzzles"))
+            && status.message().contains("--max-batch"),
+        "{status:?}"
+    );
+    let (peak, _) = c.proc.memory_kib().unwrap();
+    println!("coordinator peak RSS grew by {} KiB", peak - before);
+    // 1,000,000 kept puzzles of 176 bytes, their vector grown by doubling
+    // (both buffers held while it copies), and the 16 MB message: about
+    // 360 MiB measured. All eight million kept would take over 2 GiB.
+    assert!(peak - before < 700 * 1024, "{} KiB more", peak - before);
+}
