@@ -135,25 +135,8 @@ impl EventLog {
     /// One result of request `batch`, under the lock, copied into the
     /// ring (see the module documentation).
     fn record_result(&self, inner: &mut Inner, batch: u64, result: &v1::PuzzleResult, now: i64) {
-        self.record_with(inner, now, |event| match &mut event.kind {
-            Some(Kind::Result(logged)) => {
-                // Every field named, as in `copy_result`.
-                let v1::ResultEvent {
-                    batch: logged_batch,
-                    result: logged_result,
-                } = logged;
-                *logged_batch = batch;
-                match logged_result {
-                    Some(to) => copy_result(to, result),
-                    none => *none = Some(result.clone()),
-                }
-            }
-            other => {
-                *other = Some(Kind::Result(v1::ResultEvent {
-                    batch,
-                    result: Some(result.clone()),
-                }));
-            }
+        self.record_with(inner, now, |event| {
+            write_result(&mut event.kind, batch, result);
         });
     }
 
@@ -242,9 +225,35 @@ fn since(inner: &Inner, from: u64) -> Result<Vec<Arc<v1::ClusterEvent>>, Gone> {
         .collect())
 }
 
+/// Makes `kind` the result event of `result` in request `batch`, reusing
+/// the buffers of the result event it held, if it held one (the log's ring
+/// and the dashboard's recent results).
+pub(super) fn write_result(kind: &mut Option<Kind>, batch: u64, result: &v1::PuzzleResult) {
+    match kind {
+        Some(Kind::Result(logged)) => {
+            // Every field named, as in `copy_result`.
+            let v1::ResultEvent {
+                batch: logged_batch,
+                result: logged_result,
+            } = logged;
+            *logged_batch = batch;
+            match logged_result {
+                Some(to) => copy_result(to, result),
+                none => *none = Some(result.clone()),
+            }
+        }
+        other => {
+            *other = Some(Kind::Result(v1::ResultEvent {
+                batch,
+                result: Some(result.clone()),
+            }));
+        }
+    }
+}
+
 /// Makes `to` a copy of `from`, reusing `to`'s strings' buffers where it
 /// can (a derived `clone_from` would allocate them anew).
-pub(super) fn copy_result(to: &mut v1::PuzzleResult, from: &v1::PuzzleResult) {
+fn copy_result(to: &mut v1::PuzzleResult, from: &v1::PuzzleResult) {
     to.id.clone_from(&from.id);
     to.index = from.index;
     match (&mut to.outcome, &from.outcome) {

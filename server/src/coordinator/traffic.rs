@@ -440,17 +440,12 @@ fn push_copy(ring: &mut VecDeque<v1::ClusterEvent>, event: &v1::ClusterEvent) {
     };
     oldest.sequence = event.sequence;
     oldest.unix_ms = event.unix_ms;
-    match (&mut oldest.kind, &event.kind) {
-        (Some(Kind::Result(to)), Some(Kind::Result(from))) => {
-            // Every field named, as in `copy_result`.
-            let v1::ResultEvent { batch, result } = from;
-            to.batch = *batch;
-            match (&mut to.result, result) {
-                (Some(to), Some(from)) => super::events::copy_result(to, from),
-                (to, from) => to.clone_from(from),
-            }
-        }
-        (to, from) => to.clone_from(from),
+    match &event.kind {
+        Some(Kind::Result(v1::ResultEvent {
+            batch,
+            result: Some(result),
+        })) => super::events::write_result(&mut oldest.kind, *batch, result),
+        other => oldest.kind.clone_from(other),
     }
     ring.push_back(oldest);
 }
