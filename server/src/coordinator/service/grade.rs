@@ -60,7 +60,7 @@ pub(super) async fn grade(
         answers.push(case.answer.as_ref().map(answer_from_wire));
     }
     // Each puzzle is read once, for the admission and the judge both.
-    let batch = service.parse(puzzles)?;
+    let batch = service.parse(puzzles, 0)?;
     let infos = batch
         .iter()
         .zip(answers)

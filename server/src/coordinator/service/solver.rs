@@ -55,14 +55,19 @@ pub(super) struct Caller {
 
 impl SolverService {
     /// Reads a request's puzzles, once: within `--max-batch`, each one
-    /// parsed (or why it is invalid) beside its id.
-    pub(super) fn parse<P: PuzzleText>(&self, puzzles: Vec<P>) -> Result<Vec<Parsed>, ServerError> {
+    /// parsed (or why it is invalid) beside its id. `beyond` counts the
+    /// puzzles the request held past those decoded
+    /// ([`ingest::SolveBatchRequest::beyond`]): they count towards the
+    /// limit, which they always pass.
+    pub(super) fn parse<P: PuzzleText>(
+        &self,
+        puzzles: Vec<P>,
+        beyond: usize,
+    ) -> Result<Vec<Parsed>, ServerError> {
         let limit = self.shared.config.max_batch;
-        if puzzles.len() > limit {
-            return Err(ServerError::BatchTooLarge {
-                batch: puzzles.len(),
-                limit,
-            });
+        let sent = puzzles.len() + beyond;
+        if sent > limit {
+            return Err(ServerError::BatchTooLarge { batch: sent, limit });
         }
         let parsed = batch_from_wire(&puzzles)?;
         Ok(puzzles
@@ -166,7 +171,7 @@ impl Solver for SolverService {
             priority: priority(request.priority, Priority::Interactive)?,
         };
         let puzzle = request.puzzle.ok_or(ServerError::MissingPuzzle)?;
-        let batch = self.parse(vec![puzzle])?;
+        let batch = self.parse(vec![puzzle], 0)?;
         if let Some((_, Err(e))) = batch.first() {
             return Err(ServerError::from(e.clone()).into());
         }
@@ -211,16 +216,7 @@ impl Solver for SolverService {
             client,
             priority: priority(request.priority, Priority::Normal)?,
         };
-        if request.beyond > 0 {
-            // More than any --max-batch: refused as over the limit, with
-            // the count the client sent.
-            return Err(ServerError::BatchTooLarge {
-                batch: request.puzzles.len() + request.beyond,
-                limit: self.shared.config.max_batch,
-            }
-            .into());
-        }
-        let batch = self.parse(request.puzzles)?;
+        let batch = self.parse(request.puzzles, request.beyond)?;
         let admitted = self.admit(batch, "solve_batch", caller).await?;
         tracing::debug!(
             puzzles = admitted.total,
