@@ -154,12 +154,8 @@ impl DistanceTable {
     /// returns how many were marked.
     fn bottom_up(&self, states: usize, code: u64, next: u64, threads: usize) -> usize {
         let words = self.codes.len();
-        let threads = threads.max(1);
         let per_thread = words.div_ceil(threads);
         let range = |t: usize| (t * per_thread).min(words)..((t + 1) * per_thread).min(words);
-        if threads == 1 {
-            return self.bottom_up_words(range(0), states, code, next);
-        }
         std::thread::scope(|scope| {
             // The calling thread takes the first part itself: one thread
             // (a worker's solver thread) starts no other.
