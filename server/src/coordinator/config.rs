@@ -178,6 +178,17 @@ impl Config {
                 ),
             );
         }
+        if self.max_job_puzzles > u32::MAX as usize {
+            return bad(
+                "max_job_puzzles",
+                "--max-job-puzzles",
+                format!(
+                    "must be at most {} (a pending task keeps its index in 32 bits), not {}",
+                    u32::MAX,
+                    self.max_job_puzzles
+                ),
+            );
+        }
         if !(1..=state::MAX_ATTEMPTS).contains(&self.max_attempts) {
             return bad(
                 "max_attempts",
@@ -246,8 +257,12 @@ mod tests {
     fn a_config_is_checked_in_one_place_naming_what_is_wrong() {
         assert!(Config::default().validate().is_ok());
         type Spoil = fn(&mut Config);
-        let cases: [(Spoil, &str); 8] = [
+        let cases: [(Spoil, &str); 9] = [
             (|c| c.max_attempts = 0, "--max-attempts"),
+            (
+                |c| c.max_job_puzzles = u32::MAX as usize + 1,
+                "--max-job-puzzles",
+            ),
             (|c| c.max_attempts = 70_000, "--max-attempts"),
             (|c| c.max_batch = 0, "--max-batch"),
             (|c| c.max_batch = 1_000_001, "--max-batch"),

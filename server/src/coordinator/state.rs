@@ -396,7 +396,11 @@ enum TaskState {
 #[derive(Debug)]
 struct Task {
     request: u64,
-    index: u64,
+    /// Its place in its request (a request holds at most `u32::MAX`
+    /// puzzles: see [`State::admit_known`]).
+    index: u32,
+    /// Its slot's version, kept by the task table ([`Led::version`]).
+    version: u32,
     /// The client's id (inline up to 15 bytes).
     id: EcoString,
     puzzle: Puzzle,
@@ -412,12 +416,19 @@ struct Task {
     target_share: u16,
 }
 
-// What a queued puzzle costs: see PERFORMANCE.md's memory figures.
-const _: () = assert!(size_of::<Task>() == 64);
+// What a queued puzzle costs: see PERFORMANCE.md's memory figures. A slot
+// of the task table is an `Option<Task>`, the same size.
+const _: () = assert!(size_of::<Task>() == 64 && size_of::<Option<Task>>() == 64);
 
 impl Led for Task {
     fn puzzle(&self) -> &Puzzle {
         &self.puzzle
+    }
+    fn version(&self) -> u32 {
+        self.version
+    }
+    fn set_version(&mut self, version: u32) {
+        self.version = version;
     }
 }
 
@@ -425,7 +436,7 @@ impl Led for Task {
 #[derive(Debug)]
 struct Follower {
     request: u64,
-    index: u64,
+    index: u32,
     id: EcoString,
 }
 
@@ -648,6 +659,15 @@ impl State {
         now: Instant,
         mut known: impl FnMut(&NewTask) -> Option<v1::PuzzleResult>,
     ) -> Result<(Effects, Vec<v1::PuzzleResult>), ServerError> {
+        // A task keeps its index in 32 bits: no request comes near (a
+        // batch holds at most 1,000,000, a job at most `u32::MAX`), and
+        // one that did is refused whole.
+        if let Some(index) = tasks.iter().map(|t| t.index).find(|&i| i > u64::from(u32::MAX)) {
+            return Err(ServerError::BatchTooLarge {
+                batch: usize::try_from(index).unwrap_or(usize::MAX),
+                limit: u32::MAX as usize,
+            });
+        }
         let held = self.held();
         if held + spec.total > self.limits.max_pending {
             return Err(ServerError::Overloaded {
@@ -681,7 +701,7 @@ impl State {
             if let Some(task) = leader.and_then(|l| self.tasks.get_mut(l)) {
                 task.followers.push(Follower {
                     request: id,
-                    index: t.index,
+                    index: t.index as u32,
                     id: t.id,
                 });
                 continue;
@@ -692,7 +712,8 @@ impl State {
             }
             let task_id = self.tasks.insert(Task {
                 request: id,
-                index: t.index,
+                index: t.index as u32,
+                version: 0,
                 id: t.id,
                 target_share: u16::try_from(share.hint(&t.puzzle.target())).unwrap_or(u16::MAX),
                 puzzle: t.puzzle,
@@ -1128,7 +1149,7 @@ impl State {
                     for f in task.followers {
                         let result = v1::PuzzleResult {
                             id: String::from(f.id),
-                            index: f.index,
+                            index: f.index.into(),
                             outcome: Some(puzzle_result::Outcome::Solved(copy.clone())),
                         };
                         self.deliver(f.request, result, effects);
@@ -1136,7 +1157,7 @@ impl State {
                 }
                 let result = v1::PuzzleResult {
                     id: String::from(task.id),
-                    index: task.index,
+                    index: task.index.into(),
                     outcome: Some(puzzle_result::Outcome::Solved(solved)),
                 };
                 self.deliver(task.request, result, effects);
@@ -1374,7 +1395,7 @@ impl State {
                     if f.request != id {
                         let message =
                             format!("puzzle {:?}: {}", f.id, ServerError::from(failure.clone()));
-                        let result = v1::PuzzleResult::failed(String::from(f.id), f.index, message);
+                        let result = v1::PuzzleResult::failed(String::from(f.id), f.index.into(), message);
                         self.deliver(f.request, result, effects);
                     }
                 }
@@ -1414,10 +1435,10 @@ impl State {
     /// `message` is given the id of each.
     fn fail(&mut self, task: Task, effects: &mut Effects, message: impl Fn(&str) -> String) {
         for f in task.followers {
-            let result = v1::PuzzleResult::failed(f.id.to_string(), f.index, message(&f.id));
+            let result = v1::PuzzleResult::failed(f.id.to_string(), f.index.into(), message(&f.id));
             self.deliver(f.request, result, effects);
         }
-        let result = v1::PuzzleResult::failed(task.id.to_string(), task.index, message(&task.id));
+        let result = v1::PuzzleResult::failed(task.id.to_string(), task.index.into(), message(&task.id));
         self.deliver(task.request, result, effects);
     }
 
@@ -1864,6 +1885,29 @@ mod tests {
         let got = delivered(&e);
         assert_eq!(got.len(), 1, "{e:?}");
         assert_eq!((got[0].0, got[0].1.index), (10, 0));
+    }
+
+    #[test]
+    fn an_index_past_32_bits_is_refused_whole_and_its_neighbours_kept() {
+        // Tasks keep their index in 32 bits; no batch or job comes near,
+        // but the state does not wrap one that did.
+        let now = Instant::now();
+        let mut s = with_worker(32, now);
+        let mut big = tasks(3);
+        big[2].index = u64::from(u32::MAX) + 1;
+        let e = s
+            .admit(10, spec("a", Priority::Normal, 3), big, now)
+            .unwrap_err();
+        assert!(matches!(e, ServerError::BatchTooLarge { .. }), "{e:?}");
+        assert_eq!((s.tasks.len(), s.requests.len()), (0, 0));
+        let mut last = tasks(1);
+        last[0].index = u64::from(u32::MAX);
+        let e = s
+            .admit(11, spec("a", Priority::Normal, 1), last, now)
+            .unwrap();
+        let e = s.result(1, answer(&assigned(&e)[0].1), now);
+        assert_eq!(delivered(&e)[0].1.index, u64::from(u32::MAX));
+        s.check_invariants();
     }
 
     #[test]

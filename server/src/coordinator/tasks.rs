@@ -9,9 +9,18 @@
 //! slots. A task is the leader of its puzzle for its whole life, so the two
 //! always hold the same tasks.
 //!
-//! (A generational arena from a crate would hide its slot numbers, and the
-//! table of leaders would then need the 8-byte ids: at a million queued
-//! puzzles, the difference between meeting the memory budget and not.)
+//! Memory, at a million queued puzzles (docs/PERFORMANCE.md):
+//! - The slots grow a chunk of [`CHUNK`] at a time. A single vector grew
+//!   by doubling: at each step it copied itself into a block twice its
+//!   size, and the allocator kept the old blocks' pages (72 MiB of freed
+//!   blocks behind a 75 MiB vector, nearly doubling the resident set a
+//!   queued puzzle cost).
+//! - A live task keeps its slot's version itself ([`Led::version`]), in
+//!   room its fields leave, and a free slot's next version waits in the
+//!   free list: a slot is the task and nothing more (64 bytes, where a
+//!   version beside it took 72).
+//! - A generational arena from a crate would hide its slot numbers, and the
+//!   table of leaders would then need the 8-byte ids.
 //!
 //! An id is `version << 32 | slot`, and versions start at 1 and skip 0 when
 //! they wrap: a valid id is at least 2^32, so the state's other ids
@@ -22,24 +31,29 @@ use std::hash::BuildHasher;
 use colball_solver::Puzzle;
 use hashbrown::HashTable;
 
-/// What the table needs of a task: the puzzle it solves.
+/// What the table needs of a task: the puzzle it solves, and room for its
+/// slot's version (set by the table; whatever a task is made with is
+/// overwritten when it is inserted).
 pub trait Led {
     fn puzzle(&self) -> &Puzzle;
+    fn version(&self) -> u32;
+    fn set_version(&mut self, version: u32);
 }
 
-#[derive(Debug)]
-struct Slot<T> {
-    /// Bumped when the slot is freed, so an old id no longer matches.
-    version: u32,
-    task: Option<T>,
-}
+/// Slots per chunk (256 KiB of 64-byte tasks; a few under test, so that
+/// the property test crosses chunks).
+const CHUNK: usize = if cfg!(test) { 16 } else { 4096 };
 
 /// See the module documentation.
 #[derive(Debug)]
 pub struct TaskTable<T> {
-    slots: Vec<Slot<T>>,
-    /// Slots without a task, reused last freed first.
-    free: Vec<u32>,
+    /// Slot `s` is `chunks[s / CHUNK][s % CHUNK]`; every chunk is full
+    /// length, and the slots below `used` have been handed out.
+    chunks: Vec<Box<[Option<T>]>>,
+    used: usize,
+    /// Slots without a task and the version their next task takes, reused
+    /// last freed first.
+    free: Vec<(u32, u32)>,
     len: usize,
     leaders: HashTable<u32>,
     hasher: foldhash::fast::RandomState,
@@ -56,7 +70,8 @@ fn join(slot: u32, version: u32) -> u64 {
 impl<T: Led> TaskTable<T> {
     pub fn new() -> Self {
         TaskTable {
-            slots: Vec::new(),
+            chunks: Vec::new(),
+            used: 0,
             free: Vec::new(),
             len: 0,
             leaders: HashTable::new(),
@@ -74,74 +89,67 @@ impl<T: Led> TaskTable<T> {
 
     /// The task of `puzzle`, if one is pending.
     pub fn leader(&self, puzzle: &Puzzle) -> Option<u64> {
-        let slots = &self.slots;
+        let chunks = &self.chunks;
         let &slot = self
             .leaders
-            .find(self.hash(puzzle), |&s| puzzle_at(slots, s) == Some(puzzle))?;
-        Some(join(slot, slots[slot as usize].version))
+            .find(self.hash(puzzle), |&s| puzzle_at(chunks, s) == Some(puzzle))?;
+        let task = task_at(chunks, slot as usize)?;
+        Some(join(slot, task.version()))
     }
 
     /// Adds a task for a puzzle that has none pending, and returns its id.
     ///
     /// # Panics
     /// With 2^32 tasks pending at once.
-    pub fn insert(&mut self, task: T) -> u64 {
+    pub fn insert(&mut self, mut task: T) -> u64 {
         debug_assert!(
             self.leader(task.puzzle()).is_none(),
             "a second task for a puzzle"
         );
         let hash = self.hash(task.puzzle());
-        let slot = match self.free.pop() {
-            Some(slot) => {
-                self.slots[slot as usize].task = Some(task);
-                slot
+        let (slot, version) = self.free.pop().unwrap_or_else(|| {
+            #[allow(clippy::expect_used)] // 2^32 tasks would take 256 GiB first
+            let slot = u32::try_from(self.used).expect("2^32 pending tasks");
+            if self.used == self.chunks.len() * CHUNK {
+                self.chunks.push((0..CHUNK).map(|_| None).collect());
             }
-            None => {
-                #[allow(clippy::expect_used)] // 2^32 tasks would take 256 GiB first
-                let slot = u32::try_from(self.slots.len()).expect("2^32 pending tasks");
-                self.slots.push(Slot {
-                    version: 1,
-                    task: Some(task),
-                });
-                slot
-            }
-        };
-        self.len += 1;
-        let (slots, hasher) = (&self.slots, &self.hasher);
-        self.leaders.insert_unique(hash, slot, |&s| {
-            puzzle_at(slots, s).map_or(0, |p| hasher.hash_one(p))
+            self.used += 1;
+            (slot, 1)
         });
-        join(slot, self.slots[slot as usize].version)
-    }
-
-    fn slot(&self, id: u64) -> Option<&Slot<T>> {
-        let (slot, version) = split(id);
-        self.slots.get(slot).filter(|s| s.version == version)
+        task.set_version(version);
+        let s = slot as usize;
+        self.chunks[s / CHUNK][s % CHUNK] = Some(task);
+        self.len += 1;
+        let (chunks, hasher) = (&self.chunks, &self.hasher);
+        self.leaders.insert_unique(hash, slot, |&s| {
+            puzzle_at(chunks, s).map_or(0, |p| hasher.hash_one(p))
+        });
+        join(slot, version)
     }
 
     pub fn get(&self, id: u64) -> Option<&T> {
-        self.slot(id)?.task.as_ref()
+        let (slot, version) = split(id);
+        task_at(&self.chunks, slot).filter(|t| t.version() == version)
     }
 
     pub fn get_mut(&mut self, id: u64) -> Option<&mut T> {
         let (slot, version) = split(id);
-        let s = self.slots.get_mut(slot).filter(|s| s.version == version)?;
-        s.task.as_mut()
+        let task = self.chunks.get_mut(slot / CHUNK)?[slot % CHUNK].as_mut()?;
+        (task.version() == version).then_some(task)
     }
 
     /// Removes a task (done, failed or no longer wanted); its puzzle has
     /// no leader after.
     pub fn remove(&mut self, id: u64) -> Option<T> {
         let hash = self.hash(self.get(id)?.puzzle());
-        let (slot, _) = split(id);
+        let (slot, version) = split(id);
         if let Ok(entry) = self.leaders.find_entry(hash, |&s| s as usize == slot) {
             entry.remove();
         }
-        let s = &mut self.slots[slot];
-        s.version = s.version.checked_add(1).unwrap_or(1);
-        self.free.push(slot as u32);
+        self.free
+            .push((slot as u32, version.checked_add(1).unwrap_or(1)));
         self.len -= 1;
-        s.task.take()
+        self.chunks[slot / CHUNK][slot % CHUNK].take()
     }
 
     pub fn clear(&mut self) {
@@ -151,10 +159,14 @@ impl<T: Led> TaskTable<T> {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (u64, &T)> {
-        self.slots.iter().enumerate().filter_map(|(slot, s)| {
-            let task = s.task.as_ref()?;
-            Some((join(slot as u32, s.version), task))
-        })
+        self.chunks
+            .iter()
+            .flat_map(|chunk| chunk.iter())
+            .enumerate()
+            .filter_map(|(slot, task)| {
+                let task = task.as_ref()?;
+                Some((join(slot as u32, task.version()), task))
+            })
     }
 
     /// The number of leaders (for the state's invariant checks: always
@@ -165,10 +177,15 @@ impl<T: Led> TaskTable<T> {
     }
 }
 
+/// The task in slot `s`, if any.
+fn task_at<T>(chunks: &[Box<[Option<T>]>], s: usize) -> Option<&T> {
+    chunks.get(s / CHUNK)?[s % CHUNK].as_ref()
+}
+
 /// The puzzle of the task in slot `s` (the leaders table holds slot
 /// numbers and reaches puzzles through here).
-fn puzzle_at<T: Led>(slots: &[Slot<T>], s: u32) -> Option<&Puzzle> {
-    slots[s as usize].task.as_ref().map(Led::puzzle)
+fn puzzle_at<T: Led>(chunks: &[Box<[Option<T>]>], s: u32) -> Option<&Puzzle> {
+    task_at(chunks, s as usize).map(Led::puzzle)
 }
 
 #[cfg(test)]
@@ -180,13 +197,24 @@ mod tests {
 
     use super::*;
 
-    #[derive(Debug, PartialEq)]
-    struct T(Puzzle, u32);
+    /// A puzzle, a number to tell tasks apart, and the slot's version.
+    #[derive(Debug)]
+    struct T(Puzzle, u32, u32);
 
     impl Led for T {
         fn puzzle(&self) -> &Puzzle {
             &self.0
         }
+        fn version(&self) -> u32 {
+            self.2
+        }
+        fn set_version(&mut self, version: u32) {
+            self.2 = version;
+        }
+    }
+
+    fn task(t: Option<&T>) -> Option<(Puzzle, u32)> {
+        t.map(|t| (t.0, t.1))
     }
 
     fn puzzle(n: u8) -> Puzzle {
@@ -235,8 +263,9 @@ mod tests {
                             prop_assert_eq!(q, p);
                         } else {
                             prop_assert!(model.values().all(|(q, _)| *q != p));
-                            let id = table.insert(T(puzzle(p), n));
+                            let id = table.insert(T(puzzle(p), n, 0));
                             prop_assert!(id >= 1 << 32);
+                            prop_assert_eq!(table.get(id).map(|t| t.2), Some((id >> 32) as u32));
                             prop_assert!(model.insert(id, (p, n)).is_none());
                         }
                     }
@@ -245,7 +274,7 @@ mod tests {
                         ids.sort_unstable();
                         if let Some(&id) = ids.get(i % ids.len().max(1)) {
                             let (p, v) = model.remove(&id).unwrap();
-                            prop_assert_eq!(table.remove(id), Some(T(puzzle(p), v)));
+                            prop_assert_eq!(task(table.remove(id).as_ref()), Some((puzzle(p), v)));
                             prop_assert_eq!(table.leader(&puzzle(p)), None);
                             gone.push(id);
                         }
@@ -264,7 +293,7 @@ mod tests {
                 prop_assert_eq!(table.len(), model.len());
                 prop_assert_eq!(table.leaders(), model.len());
                 for (&id, &(p, v)) in &model {
-                    prop_assert_eq!(table.get(id), Some(&T(puzzle(p), v)));
+                    prop_assert_eq!(task(table.get(id)), Some((puzzle(p), v)));
                     prop_assert_eq!(table.leader(&puzzle(p)), Some(id));
                 }
                 prop_assert_eq!(table.iter().count(), model.len());
