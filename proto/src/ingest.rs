@@ -83,7 +83,22 @@ impl prost::Message for SolveBatchRequest {
     ) -> Result<(), prost::DecodeError> {
         match tag {
             1 if self.puzzles.len() < MAX_PUZZLES => {
-                encoding::message::merge_repeated(wire_type, &mut self.puzzles, buf, ctx)
+                let before = buf.remaining();
+                encoding::message::merge_repeated(wire_type, &mut self.puzzles, buf, ctx)?;
+                if self.puzzles.len() == 1 {
+                    // Sized once, from the first puzzle's length on the
+                    // wire (a batch's puzzles are mostly alike), rather
+                    // than doubled on the way: each doubling copied the
+                    // vector and left the old block to the allocator,
+                    // whose pages a busy coordinator kept (docs/
+                    // PERFORMANCE.md, the eighth pass). No more than the
+                    // cap, as doubling would have reached.
+                    // (Its key was read before this call.)
+                    let each = before.saturating_sub(buf.remaining()) + encoding::key_len(1);
+                    let more = (buf.remaining() / each).min(MAX_PUZZLES - 1);
+                    self.puzzles.reserve_exact(more);
+                }
+                Ok(())
             }
             1 => {
                 encoding::message::merge(wire_type, &mut Puzzle::default(), buf, ctx)?;
@@ -362,6 +377,40 @@ mod tests {
         // One past the cap that is not UTF-8 still fails the message.
         bytes.extend([0x0a, 0x04, 0x12, 0x02, 0xff, 0xfe]);
         assert!(SolveBatchRequest::decode(bytes.as_slice()).is_err());
+    }
+
+    #[test]
+    fn a_batch_of_alike_puzzles_is_read_into_a_vector_of_its_size() {
+        let puzzle = |i: usize| v1::Puzzle {
+            id: format!("p{}", i % 10),
+            start: vec!["RB".into(), "GG".into()],
+            target: vec!["BR".into(), "GG".into()],
+        };
+        let sent = v1::SolveBatchRequest {
+            puzzles: (0..500).map(puzzle).collect(),
+            ordered: true,
+            priority: 0,
+        };
+        let read = SolveBatchRequest::decode(sent.encode_to_vec().as_slice()).unwrap();
+        assert_eq!(read.puzzles.len(), 500);
+        // Not doubled to 512 on the way (the trailing `ordered` field's
+        // two bytes count as the start of one more puzzle at most).
+        assert!(
+            read.puzzles.capacity() <= 501,
+            "{}",
+            read.puzzles.capacity()
+        );
+        assert_eq!(strings(&read.puzzles[499].start), sent.puzzles[499].start);
+        // A first puzzle smaller than the rest sizes the vector too long,
+        // never past the cap (one larger sizes it short, and it doubles
+        // from there).
+        let mut mixed = sent.clone();
+        mixed.puzzles[0].start = vec![];
+        mixed.puzzles[0].target = vec![];
+        mixed.puzzles[0].id = String::new();
+        let read = SolveBatchRequest::decode(mixed.encode_to_vec().as_slice()).unwrap();
+        assert_eq!(read.puzzles.len(), 500);
+        assert!(read.puzzles.capacity() <= MAX_PUZZLES);
     }
 
     #[test]

@@ -662,7 +662,11 @@ impl State {
         // A task keeps its index in 32 bits: no request comes near (a
         // batch holds at most 1,000,000, a job at most `u32::MAX`), and
         // one that did is refused whole.
-        if let Some(index) = tasks.iter().map(|t| t.index).find(|&i| i > u64::from(u32::MAX)) {
+        if let Some(index) = tasks
+            .iter()
+            .map(|t| t.index)
+            .find(|&i| i > u64::from(u32::MAX))
+        {
             return Err(ServerError::BatchTooLarge {
                 batch: usize::try_from(index).unwrap_or(usize::MAX),
                 limit: u32::MAX as usize,
@@ -1395,7 +1399,8 @@ impl State {
                     if f.request != id {
                         let message =
                             format!("puzzle {:?}: {}", f.id, ServerError::from(failure.clone()));
-                        let result = v1::PuzzleResult::failed(String::from(f.id), f.index.into(), message);
+                        let result =
+                            v1::PuzzleResult::failed(String::from(f.id), f.index.into(), message);
                         self.deliver(f.request, result, effects);
                     }
                 }
@@ -1438,7 +1443,8 @@ impl State {
             let result = v1::PuzzleResult::failed(f.id.to_string(), f.index.into(), message(&f.id));
             self.deliver(f.request, result, effects);
         }
-        let result = v1::PuzzleResult::failed(task.id.to_string(), task.index.into(), message(&task.id));
+        let result =
+            v1::PuzzleResult::failed(task.id.to_string(), task.index.into(), message(&task.id));
         self.deliver(task.request, result, effects);
     }
 
