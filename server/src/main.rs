@@ -111,7 +111,7 @@ struct CoordinatorArgs {
     /// in memory and are lost when the coordinator stops.
     #[arg(long, value_name = "DIR", env = "COLBALL_DATA_DIR")]
     data_dir: Option<PathBuf>,
-    /// Most puzzles in one job.
+    /// Most puzzles in one job (at most 4,294,967,295).
     #[arg(long, default_value_t = defaults().max_job_puzzles)]
     max_job_puzzles: usize,
     /// Finished jobs (done, cancelled, failed) are deleted this long after
