@@ -168,7 +168,7 @@ mod tests {
             let path: Vec<Move> = picks.iter().map(|i| MoveTable::move_at(size, i % count)).collect();
             let bytes = path_to_wire(size, &path);
             prop_assert_eq!(bytes.len(), path.len());
-            let wire = v1::TaskSolved { moves: path.len() as i64, path: bytes, method: 2, time_us: 1 };
+            let wire = v1::TaskSolved { moves: path.len() as i64, path: bytes.into(), method: 2, time_us: 1 };
             let back: v1::TaskSolved = prost::Message::decode(prost::Message::encode_to_vec(&wire).as_slice()).unwrap();
             prop_assert_eq!(path_from_wire(size, &back.path), Ok(path));
         }

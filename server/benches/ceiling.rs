@@ -158,7 +158,7 @@ async fn session(
                     task_id: t.task_id,
                     outcome: Some(task_result::Outcome::Solved(v1::TaskSolved {
                         moves,
-                        path,
+                        path: path.into(),
                         method: v1::Method::Bidir as i32,
                         time_us: 0,
                     })),

@@ -335,7 +335,8 @@ fn solve_guarded(
             path: solution
                 .path()
                 .map(|p| path_to_wire(puzzle.size(), p))
-                .unwrap_or_default(),
+                .unwrap_or_default()
+                .into(),
             method: method_to_wire(method) as i32,
             time_us: began.elapsed().as_micros() as u64,
         }),

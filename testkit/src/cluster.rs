@@ -175,7 +175,7 @@ pub fn worker_answer(
     moves: i64,
     solution: &str,
 ) -> colball_proto::v1::task_result::Outcome {
-    let path = solution
+    let path: Vec<u8> = solution
         .split_whitespace()
         .map(|t| {
             colball_solver::Move::parse(t).map_or(u8::MAX, |m| {
@@ -185,7 +185,7 @@ pub fn worker_answer(
         .collect();
     colball_proto::v1::task_result::Outcome::Solved(colball_proto::v1::TaskSolved {
         moves,
-        path,
+        path: path.into(),
         method: colball_proto::v1::Method::Bidir as i32,
         time_us: 1,
     })
