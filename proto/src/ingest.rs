@@ -8,9 +8,10 @@
 //! allocations (its id, two lists and six rows) that are freed again as soon
 //! as the rows are read into packed boards: in the coordinator's ceiling
 //! bench, decoding and dropping requests was a fifth of its CPU. Here the
-//! id and every row are [`EcoString`]s, held inline up to 15 bytes, and a
-//! board's rows sit inline up to four: a valid puzzle of any size decodes
-//! into the request's one vector and nothing else.
+//! id is an [`EcoString`], held inline up to 15 bytes, and a board's rows
+//! ([`Rows`]) sit side by side in 16 inline bytes: a valid puzzle of any
+//! size decodes into the request's one vector (80 bytes a puzzle) and
+//! nothing else.
 //!
 //! Only the coordinator's side changes. The messages on the wire are
 //! `colball.v1` ones, byte for byte (tested both ways), so reflection,
@@ -29,7 +30,6 @@
 use ecow::EcoString;
 use prost::bytes::{Buf, BufMut};
 use prost::encoding::{self, DecodeContext, WireType};
-use smallvec::SmallVec;
 
 use crate::PuzzleText;
 
@@ -130,18 +130,90 @@ impl prost::Message for SolveBatchRequest {
     }
 }
 
-/// One row of a board as sent: inline up to 15 bytes (any valid row).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Row(pub EcoString);
+/// A board's rows as sent, in order. Every valid board (at most four
+/// rows of four letters) is held inline, its rows' bytes side by side;
+/// anything else (more rows, longer ones, other than ASCII) is kept as a
+/// list of strings, for the board's reading to say what is wrong with it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Rows {
+    /// The rows' bytes, one after another, and where each row ends.
+    Inline {
+        bytes: [u8; INLINE_BYTES],
+        ends: [u8; INLINE_ROWS],
+        count: u8,
+    },
+    Listed(Vec<EcoString>),
+}
 
-impl AsRef<[u8]> for Row {
-    fn as_ref(&self) -> &[u8] {
-        self.0.as_bytes()
+const INLINE_BYTES: usize = 16;
+const INLINE_ROWS: usize = 4;
+
+impl Default for Rows {
+    fn default() -> Rows {
+        Rows::Inline {
+            bytes: [0; INLINE_BYTES],
+            ends: [0; INLINE_ROWS],
+            count: 0,
+        }
     }
 }
 
-/// A board's rows, inline up to four (any valid board).
-pub type Rows = SmallVec<[Row; 4]>;
+impl Rows {
+    /// The rows, top first.
+    pub fn slices(&self) -> crate::RowSlices<'_> {
+        match self {
+            Rows::Inline { bytes, ends, count } => {
+                let ends = &ends[..usize::from(*count)];
+                let starts = std::iter::once(0).chain(ends.iter().copied());
+                starts
+                    .zip(ends)
+                    .map(|(from, &to)| &bytes[usize::from(from)..usize::from(to)])
+                    .collect()
+            }
+            Rows::Listed(rows) => rows.iter().map(|r| r.as_bytes()).collect(),
+        }
+    }
+
+    /// Whether the rows are held inline.
+    pub fn is_inline(&self) -> bool {
+        matches!(self, Rows::Inline { .. })
+    }
+
+    /// Adds an ASCII row inline, if there is room (false otherwise, and
+    /// nothing changes).
+    fn push_inline(&mut self, row: &[u8]) -> bool {
+        let Rows::Inline { bytes, ends, count } = self else {
+            return false;
+        };
+        let n = usize::from(*count);
+        let from = if n == 0 { 0 } else { usize::from(ends[n - 1]) };
+        let to = from + row.len();
+        if n == INLINE_ROWS || to > INLINE_BYTES || !row.is_ascii() {
+            return false;
+        }
+        bytes[from..to].copy_from_slice(row);
+        ends[n] = to as u8;
+        *count += 1;
+        true
+    }
+
+    /// Adds a row as a string of its own (the rows held inline so far
+    /// become strings too).
+    fn push_listed(&mut self, row: EcoString) {
+        if let Rows::Inline { .. } = self {
+            let listed = self
+                .slices()
+                .iter()
+                // Inline rows are ASCII.
+                .map(|r| EcoString::from(String::from_utf8_lossy(r).as_ref()))
+                .collect();
+            *self = Rows::Listed(listed);
+        }
+        if let Rows::Listed(rows) = self {
+            rows.push(row);
+        }
+    }
+}
 
 /// `colball.v1.Puzzle` as the coordinator reads it: fields 1 (`id`), 2
 /// (`start`) and 3 (`target`), unknown fields skipped.
@@ -154,21 +226,19 @@ pub struct Puzzle {
 
 // The size the memory bounds count with (docs/SECURITY.md, the
 // coordinator's tests): checked when the code compiles.
-const _: () = assert!(size_of::<Puzzle>() <= 176);
+const _: () = assert!(size_of::<Puzzle>() <= 80);
 
 impl PuzzleText for Puzzle {
-    type Row = Row;
-
     fn id(&self) -> &str {
         &self.id
     }
 
-    fn start(&self) -> &[Row] {
-        &self.start
+    fn start(&self) -> crate::RowSlices<'_> {
+        self.start.slices()
     }
 
-    fn target(&self) -> &[Row] {
-        &self.target
+    fn target(&self) -> crate::RowSlices<'_> {
+        self.target.slices()
     }
 
     fn into_id(self) -> EcoString {
@@ -179,13 +249,13 @@ impl PuzzleText for Puzzle {
 impl prost::Message for Puzzle {
     fn encode_raw(&self, buf: &mut impl BufMut) {
         if !self.id.is_empty() {
-            encode_text(1, &self.id, buf);
+            encode_text(1, self.id.as_bytes(), buf);
         }
-        for row in &self.start {
-            encode_text(2, &row.0, buf);
+        for row in self.start.slices() {
+            encode_text(2, row, buf);
         }
-        for row in &self.target {
-            encode_text(3, &row.0, buf);
+        for row in self.target.slices() {
+            encode_text(3, row, buf);
         }
     }
 
@@ -198,8 +268,8 @@ impl prost::Message for Puzzle {
     ) -> Result<(), prost::DecodeError> {
         match tag {
             1 => self.id = merge_text(wire_type, buf, ctx)?,
-            2 => self.start.push(Row(merge_text(wire_type, buf, ctx)?)),
-            3 => self.target.push(Row(merge_text(wire_type, buf, ctx)?)),
+            2 => merge_row(&mut self.start, wire_type, buf, ctx)?,
+            3 => merge_row(&mut self.target, wire_type, buf, ctx)?,
             _ => encoding::skip_field(wire_type, tag, buf, ctx)?,
         }
         Ok(())
@@ -209,10 +279,20 @@ impl prost::Message for Puzzle {
         let id = if self.id.is_empty() {
             0
         } else {
-            text_len(1, &self.id)
+            text_len(1, self.id.as_bytes())
         };
-        id + self.start.iter().map(|r| text_len(2, &r.0)).sum::<usize>()
-            + self.target.iter().map(|r| text_len(3, &r.0)).sum::<usize>()
+        id + self
+            .start
+            .slices()
+            .iter()
+            .map(|r| text_len(2, r))
+            .sum::<usize>()
+            + self
+                .target
+                .slices()
+                .iter()
+                .map(|r| text_len(3, r))
+                .sum::<usize>()
     }
 
     fn clear(&mut self) {
@@ -220,45 +300,65 @@ impl prost::Message for Puzzle {
     }
 }
 
-/// Reads one string field. The fast path takes a length-delimited field
-/// that lies whole in the buffer's current chunk and is UTF-8, and copies
-/// it into an [`EcoString`] (inline up to 15 bytes); anything else goes
-/// through prost's own string reading, which reports what is wrong exactly
-/// as the generated code would.
+/// A length-delimited field that lies whole in `chunk`: the bytes it
+/// takes (length included) and its contents.
+fn whole_field(wire_type: WireType, chunk: &[u8]) -> Option<(usize, &[u8])> {
+    if wire_type != WireType::LengthDelimited {
+        return None;
+    }
+    let mut rest = chunk;
+    let len = usize::try_from(encoding::decode_varint(&mut rest).ok()?).ok()?;
+    let header = chunk.len() - rest.len();
+    Some((header + len, rest.get(..len)?))
+}
+
+/// Reads one string field. The fast path takes a field that lies whole in
+/// the buffer's current chunk and is UTF-8, and copies it into an
+/// [`EcoString`] (inline up to 15 bytes); anything else goes through
+/// prost's own string reading, which reports what is wrong exactly as the
+/// generated code would.
 fn merge_text(
     wire_type: WireType,
     buf: &mut impl Buf,
     ctx: DecodeContext,
 ) -> Result<EcoString, prost::DecodeError> {
-    if wire_type == WireType::LengthDelimited {
-        let chunk = buf.chunk();
-        let mut rest = chunk;
-        if let Ok(len) = encoding::decode_varint(&mut rest) {
-            let header = chunk.len() - rest.len();
-            let text = usize::try_from(len)
-                .ok()
-                .and_then(|len| rest.get(..len))
-                .and_then(|bytes| std::str::from_utf8(bytes).ok());
-            if let Some(text) = text {
-                let taken = header + text.len();
-                let text = EcoString::from(text);
-                buf.advance(taken);
-                return Ok(text);
-            }
-        }
+    if let Some((taken, bytes)) = whole_field(wire_type, buf.chunk())
+        && let Ok(text) = std::str::from_utf8(bytes)
+    {
+        let text = EcoString::from(text);
+        buf.advance(taken);
+        return Ok(text);
     }
     let mut text = String::new();
     encoding::string::merge(wire_type, &mut text, buf, ctx)?;
     Ok(EcoString::from(text))
 }
 
-fn encode_text(tag: u32, text: &str, buf: &mut impl BufMut) {
-    encoding::encode_key(tag, WireType::LengthDelimited, buf);
-    encoding::encode_varint(text.len() as u64, buf);
-    buf.put_slice(text.as_bytes());
+/// Reads one row into `rows`: inline when it is ASCII and there is room
+/// (every row of a valid board), else as [`merge_text`] reads it.
+fn merge_row(
+    rows: &mut Rows,
+    wire_type: WireType,
+    buf: &mut impl Buf,
+    ctx: DecodeContext,
+) -> Result<(), prost::DecodeError> {
+    if let Some((taken, bytes)) = whole_field(wire_type, buf.chunk())
+        && rows.push_inline(bytes)
+    {
+        buf.advance(taken);
+        return Ok(());
+    }
+    rows.push_listed(merge_text(wire_type, buf, ctx)?);
+    Ok(())
 }
 
-fn text_len(tag: u32, text: &str) -> usize {
+fn encode_text(tag: u32, text: &[u8], buf: &mut impl BufMut) {
+    encoding::encode_key(tag, WireType::LengthDelimited, buf);
+    encoding::encode_varint(text.len() as u64, buf);
+    buf.put_slice(text);
+}
+
+fn text_len(tag: u32, text: &[u8]) -> usize {
     encoding::key_len(tag) + encoding::encoded_len_varint(text.len() as u64) + text.len()
 }
 
@@ -285,8 +385,11 @@ mod tests {
             .prop_map(|(id, start, target)| v1::Puzzle { id, start, target })
     }
 
-    fn strings(rows: &[Row]) -> Vec<String> {
-        rows.iter().map(|r| r.0.to_string()).collect()
+    fn strings(rows: &Rows) -> Vec<String> {
+        rows.slices()
+            .iter()
+            .map(|r| String::from_utf8(r.to_vec()).unwrap())
+            .collect()
     }
 
     proptest! {
@@ -344,16 +447,8 @@ mod tests {
             .encode_to_vec();
             let read = SolveBatchRequest::decode(bytes.as_slice()).unwrap();
             let puzzle = &read.puzzles[0];
-            assert!(!puzzle.start.spilled() && !puzzle.target.spilled());
-            assert!(
-                puzzle
-                    .start
-                    .iter()
-                    .chain(&puzzle.target)
-                    .all(|r| r.0.len() <= 15)
-                    && puzzle.id.len() <= 15,
-                "every string inline"
-            );
+            assert!(puzzle.start.is_inline() && puzzle.target.is_inline());
+            assert!(puzzle.id.len() <= 15, "the id inline");
             assert_eq!(crate::puzzle_from_wire(puzzle), Ok(p));
         }
     }
@@ -377,6 +472,28 @@ mod tests {
         // One past the cap that is not UTF-8 still fails the message.
         bytes.extend([0x0a, 0x04, 0x12, 0x02, 0xff, 0xfe]);
         assert!(SolveBatchRequest::decode(bytes.as_slice()).is_err());
+    }
+
+    #[test]
+    fn rows_that_do_not_fit_inline_are_listed_in_order() {
+        let cases: [&[&str]; 5] = [
+            &["RGBR", "GGGG", "BBBB", "RRRR"],
+            &["RB", "GGGGGGGGGGGGGGGG", "BR"],
+            &["R", "G", "B", "R", "G"],
+            &["RB", "Gé", ""],
+            &["", "", "", ""],
+        ];
+        for (n, rows) in cases.iter().enumerate() {
+            let sent = v1::Puzzle {
+                id: "p".into(),
+                start: rows.iter().map(|r| r.to_string()).collect(),
+                target: vec!["RB".into()],
+            };
+            let read = Puzzle::decode(sent.encode_to_vec().as_slice()).unwrap();
+            assert_eq!(strings(&read.start), sent.start, "case {n}");
+            assert_eq!(read.start.is_inline(), n == 0 || n == 4, "case {n}");
+            assert_eq!(read.encode_to_vec(), sent.encode_to_vec(), "case {n}");
+        }
     }
 
     #[test]

@@ -90,31 +90,31 @@ impl InvalidPuzzle {
 /// ([`ingest::Puzzle`]). [`puzzle_from_wire`] and [`batch_from_wire`] read
 /// either.
 pub trait PuzzleText {
-    /// One row of a board, as letters.
-    type Row: AsRef<[u8]>;
     /// The id the client gave.
     fn id(&self) -> &str;
     /// The start board's rows, top first.
-    fn start(&self) -> &[Self::Row];
+    fn start(&self) -> RowSlices<'_>;
     /// The target board's rows, top first.
-    fn target(&self) -> &[Self::Row];
+    fn target(&self) -> RowSlices<'_>;
     /// The id, kept (inline up to 15 bytes).
     fn into_id(self) -> EcoString;
 }
 
-impl PuzzleText for v1::Puzzle {
-    type Row = String;
+/// A board's rows as sent, borrowed (inline up to four, as every valid
+/// board has).
+pub type RowSlices<'a> = smallvec::SmallVec<[&'a [u8]; 4]>;
 
+impl PuzzleText for v1::Puzzle {
     fn id(&self) -> &str {
         &self.id
     }
 
-    fn start(&self) -> &[String] {
-        &self.start
+    fn start(&self) -> RowSlices<'_> {
+        self.start.iter().map(String::as_bytes).collect()
     }
 
-    fn target(&self) -> &[String] {
-        &self.target
+    fn target(&self) -> RowSlices<'_> {
+        self.target.iter().map(String::as_bytes).collect()
     }
 
     fn into_id(self) -> EcoString {
@@ -140,11 +140,11 @@ pub fn puzzle_from_wire<P: PuzzleText>(p: &P) -> Result<Puzzle, InvalidPuzzle> {
             ),
         });
     }
-    let board = |field: &'static str, rows: &[P::Row]| -> Result<Board, InvalidPuzzle> {
+    let board = |field: &'static str, rows: RowSlices<'_>| -> Result<Board, InvalidPuzzle> {
         if rows.is_empty() {
             return Err(InvalidPuzzle::new(id, field, "missing (no rows)"));
         }
-        Board::parse_rows(rows).map_err(|e: BoardError| InvalidPuzzle::new(id, field, e))
+        Board::parse_rows(&rows).map_err(|e: BoardError| InvalidPuzzle::new(id, field, e))
     };
     let start = board("start", p.start())?;
     let target = board("target", p.target())?;
@@ -179,10 +179,13 @@ pub enum InvalidBatch {
 /// why it is invalid. Besides [`puzzle_from_wire`]'s checks, a non-empty id
 /// that an earlier puzzle of the batch already used is invalid (field `id`),
 /// so every result can be matched by id; empty ids are exempt (match those
-/// by `index`). An empty batch is an [`InvalidBatch`].
+/// by `index`). An empty batch is an [`InvalidBatch`]. (The errors are
+/// boxed: rare, and a vector of 16-byte entries is a quarter of one that
+/// holds them inline.)
+#[allow(clippy::type_complexity)]
 pub fn batch_from_wire<P: PuzzleText>(
     puzzles: &[P],
-) -> Result<Vec<Result<Puzzle, InvalidPuzzle>>, InvalidBatch> {
+) -> Result<Vec<Result<Puzzle, Box<InvalidPuzzle>>>, InvalidBatch> {
     if puzzles.is_empty() {
         return Err(InvalidBatch::Empty);
     }
@@ -199,21 +202,21 @@ pub fn batch_from_wire<P: PuzzleText>(
             if !id.is_empty() && id.len() <= MAX_ID_BYTES {
                 match seen.entry(id) {
                     Entry::Occupied(first) => {
-                        return Err(InvalidPuzzle::new(
+                        return Err(Box::new(InvalidPuzzle::new(
                             id,
                             "id",
                             format!(
                                 "duplicate id: puzzle {index} of the batch repeats the id of puzzle {} (ids must be unique within a batch)",
                                 first.get()
                             ),
-                        ));
+                        )));
                     }
                     Entry::Vacant(slot) => {
                         slot.insert(index);
                     }
                 }
             }
-            puzzle_from_wire(p)
+            puzzle_from_wire(p).map_err(Box::new)
         })
         .collect())
 }

@@ -413,8 +413,9 @@ async fn a_message_of_millions_of_empty_puzzles_is_refused_within_bounded_memory
     );
     let (peak, _) = c.proc.memory_kib().unwrap();
     println!("coordinator peak RSS grew by {} KiB", peak - before);
-    // 1,000,000 kept puzzles of 176 bytes, their vector grown by doubling
-    // (both buffers held while it copies), and the 16 MB message: about
-    // 360 MiB measured. All eight million kept would take over 2 GiB.
+    // 1,000,000 kept puzzles of 80 bytes, their vector sized at once from
+    // the first puzzle, and the 16 MB message (about 360 MiB measured when
+    // they took 176 bytes and the vector doubled). All eight million kept
+    // would take over 2 GiB.
     assert!(peak - before < 700 * 1024, "{} KiB more", peak - before);
 }

@@ -44,7 +44,7 @@ pub(super) struct Admitted {
 /// invalid.
 type Parsed = (
     EcoString,
-    Result<colball_solver::Puzzle, colball_proto::InvalidPuzzle>,
+    Result<colball_solver::Puzzle, Box<colball_proto::InvalidPuzzle>>,
 );
 
 /// Who sent a request and how it wants to be served.
@@ -173,7 +173,7 @@ impl Solver for SolverService {
         let puzzle = request.puzzle.ok_or(ServerError::MissingPuzzle)?;
         let batch = self.parse(vec![puzzle], 0)?;
         if let Some((_, Err(e))) = batch.first() {
-            return Err(ServerError::from(e.clone()).into());
+            return Err(ServerError::from(colball_proto::InvalidPuzzle::clone(e)).into());
         }
         let mut admitted = self.admit(batch, "solve", caller).await?;
         let result = match admitted.ready.pop() {
