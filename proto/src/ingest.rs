@@ -83,6 +83,12 @@ impl prost::Message for SolveBatchRequest {
     ) -> Result<(), prost::DecodeError> {
         match tag {
             1 if self.puzzles.len() < MAX_PUZZLES => {
+                let len = self.puzzles.len();
+                if len > 0 && len == self.puzzles.capacity() {
+                    // Short of room after all: doubled, but never past the
+                    // cap.
+                    self.puzzles.reserve_exact(len.min(MAX_PUZZLES - len));
+                }
                 let before = buf.remaining();
                 encoding::message::merge_repeated(wire_type, &mut self.puzzles, buf, ctx)?;
                 if self.puzzles.len() == 1 {
@@ -309,7 +315,9 @@ fn whole_field(wire_type: WireType, chunk: &[u8]) -> Option<(usize, &[u8])> {
     let mut rest = chunk;
     let len = usize::try_from(encoding::decode_varint(&mut rest).ok()?).ok()?;
     let header = chunk.len() - rest.len();
-    Some((header + len, rest.get(..len)?))
+    // Sliced before adding: a length near `u64::MAX` fails here.
+    let field = rest.get(..len)?;
+    Some((header + field.len(), field))
 }
 
 /// Reads one string field. The fast path takes a field that lies whole in
@@ -348,7 +356,11 @@ fn merge_row(
         buf.advance(taken);
         return Ok(());
     }
-    rows.push_listed(merge_text(wire_type, buf, ctx)?);
+    // (A row split across the buffer's chunks still goes inline if it can.)
+    let text = merge_text(wire_type, buf, ctx)?;
+    if !rows.push_inline(text.as_bytes()) {
+        rows.push_listed(text);
+    }
     Ok(())
 }
 
@@ -528,6 +540,28 @@ mod tests {
         let read = SolveBatchRequest::decode(mixed.encode_to_vec().as_slice()).unwrap();
         assert_eq!(read.puzzles.len(), 500);
         assert!(read.puzzles.capacity() <= MAX_PUZZLES);
+        // A first puzzle a little larger than many empty ones after it: the
+        // vector is sized short, then grows, and never past the cap.
+        let mut sent = v1::SolveBatchRequest {
+            puzzles: vec![v1::Puzzle::default(); MAX_PUZZLES + 5],
+            ..Default::default()
+        };
+        sent.puzzles[0].id = "pp".into();
+        let read = SolveBatchRequest::decode(sent.encode_to_vec().as_slice()).unwrap();
+        assert_eq!((read.puzzles.len(), read.beyond), (MAX_PUZZLES, 5));
+        assert_eq!(read.puzzles.capacity(), MAX_PUZZLES);
+    }
+
+    #[test]
+    fn a_length_near_the_largest_varint_fails_as_prost_says_without_a_panic() {
+        // Field 2 (a row), then a 10-byte varint length of u64::MAX.
+        let mut bytes = vec![0x12];
+        bytes.extend([0xff; 9]);
+        bytes.push(0x01);
+        assert!(v1::Puzzle::decode(bytes.as_slice()).is_err());
+        assert!(Puzzle::decode(bytes.as_slice()).is_err());
+        bytes[0] = 0x0a; // field 1, the id
+        assert!(Puzzle::decode(bytes.as_slice()).is_err());
     }
 
     #[test]

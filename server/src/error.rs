@@ -31,6 +31,10 @@ pub enum ServerError {
     )]
     BatchTooLarge { batch: usize, limit: usize },
     #[error(
+        "puzzle index {index} is past {max}, the most a pending task keeps (a batch holds at most 1,000,000 puzzles, a job at most --max-job-puzzles)"
+    )]
+    IndexTooLarge { index: u64, max: u32 },
+    #[error(
         "client {peer} already has {limit} requests in flight, the limit per client (--max-batches-per-client); wait for one to finish"
     )]
     TooManyBatches { peer: String, limit: usize },
@@ -72,6 +76,7 @@ impl From<ServerError> for Status {
             }) => Code::PermissionDenied,
             ServerError::Overloaded { .. }
             | ServerError::BatchTooLarge { .. }
+            | ServerError::IndexTooLarge { .. }
             | ServerError::TooManyBatches { .. } => Code::ResourceExhausted,
             ServerError::NoWorkers { .. } | ServerError::ShuttingDown => Code::Unavailable,
             ServerError::DeadlineExceeded => Code::DeadlineExceeded,

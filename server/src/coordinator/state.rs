@@ -667,9 +667,9 @@ impl State {
             .map(|t| t.index)
             .find(|&i| i > u64::from(u32::MAX))
         {
-            return Err(ServerError::BatchTooLarge {
-                batch: usize::try_from(index).unwrap_or(usize::MAX),
-                limit: u32::MAX as usize,
+            return Err(ServerError::IndexTooLarge {
+                index,
+                max: u32::MAX,
             });
         }
         let held = self.held();
@@ -1904,7 +1904,8 @@ mod tests {
         let e = s
             .admit(10, spec("a", Priority::Normal, 3), big, now)
             .unwrap_err();
-        assert!(matches!(e, ServerError::BatchTooLarge { .. }), "{e:?}");
+        assert!(matches!(e, ServerError::IndexTooLarge { .. }), "{e:?}");
+        assert!(e.to_string().contains("index 4294967296"), "{e}");
         assert_eq!((s.tasks.len(), s.requests.len()), (0, 0));
         let mut last = tasks(1);
         last[0].index = u64::from(u32::MAX);

@@ -12,7 +12,7 @@
 //! Memory, at a million queued puzzles (docs/PERFORMANCE.md):
 //! - The slots grow a chunk of [`CHUNK`] at a time, never copied. A single
 //!   vector grew by doubling: its step from 524,288 to 1,048,576 slots
-//!   took a new 75.5 MiB block and left the 37.7 MiB one before it to the
+//!   took a new 75.5 MB block and left the 37.7 MB one before it to the
 //!   allocator, which kept its pages.
 //! - A live task keeps its slot's version itself ([`Led::version`]), in
 //!   room its fields leave, and a free slot's next version waits in the
