@@ -5,7 +5,9 @@
 //! The coordinator's side of `colball.v1.Solver` is generated a second time
 //! by tonic-build's manual builder, so that `SolveBatch` reads its request
 //! as `colball_proto::ingest::SolveBatchRequest` (the same bytes, decoded
-//! without an allocation per puzzle); the other methods keep the generated
+//! without an allocation per puzzle) and `Solve` and `SolveBatch` write
+//! `colball_proto::egress::PuzzleResult` (the same bytes, written without
+//! an allocation per string); the other methods keep the generated
 //! messages.
 
 use std::path::PathBuf;
@@ -59,7 +61,7 @@ fn ingest_solver() -> tonic_build::manual::Service {
                 "solve",
                 "Solve",
                 "crate::v1::SolveRequest",
-                "crate::v1::PuzzleResult",
+                "crate::egress::PuzzleResult",
             )
             .build(),
         )
@@ -68,7 +70,7 @@ fn ingest_solver() -> tonic_build::manual::Service {
                 "solve_batch",
                 "SolveBatch",
                 "crate::ingest::SolveBatchRequest",
-                "crate::v1::PuzzleResult",
+                "crate::egress::PuzzleResult",
             )
             .server_streaming()
             .build(),

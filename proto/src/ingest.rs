@@ -325,7 +325,7 @@ fn whole_field(wire_type: WireType, chunk: &[u8]) -> Option<(usize, &[u8])> {
 /// [`EcoString`] (inline up to 15 bytes); anything else goes through
 /// prost's own string reading, which reports what is wrong exactly as the
 /// generated code would.
-fn merge_text(
+pub(crate) fn merge_text(
     wire_type: WireType,
     buf: &mut impl Buf,
     ctx: DecodeContext,
@@ -364,13 +364,13 @@ fn merge_row(
     Ok(())
 }
 
-fn encode_text(tag: u32, text: &[u8], buf: &mut impl BufMut) {
+pub(crate) fn encode_text(tag: u32, text: &[u8], buf: &mut impl BufMut) {
     encoding::encode_key(tag, WireType::LengthDelimited, buf);
     encoding::encode_varint(text.len() as u64, buf);
     buf.put_slice(text);
 }
 
-fn text_len(tag: u32, text: &[u8]) -> usize {
+pub(crate) fn text_len(tag: u32, text: &[u8]) -> usize {
     encoding::key_len(tag) + encoding::encoded_len_varint(text.len() as u64) + text.len()
 }
 

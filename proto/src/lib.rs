@@ -16,6 +16,7 @@ use ecow::EcoString;
 use thiserror::Error;
 
 pub mod auth;
+pub mod egress;
 pub mod grade;
 pub mod ingest;
 pub mod order;

@@ -8,26 +8,28 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
+use colball_proto::egress;
 use colball_solver::Puzzle;
 use dashmap::DashMap;
+use ecow::EcoString;
 
-/// A solved puzzle as the cluster reports it.
+/// A solved puzzle as the cluster reports it. (Its strings are shared, not
+/// copied, by every result made from it.)
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Answer {
     pub moves: i64,
-    pub solution: String,
-    pub strategy: String,
-    pub worker: String,
+    pub solution: EcoString,
+    pub strategy: EcoString,
+    pub worker: EcoString,
 }
 
 impl Answer {
     /// The result a client gets for a puzzle answered from the cache.
-    pub fn to_result(self, id: &str, index: u64) -> colball_proto::v1::PuzzleResult {
-        use colball_proto::v1;
-        v1::PuzzleResult {
-            id: id.to_string(),
+    pub fn to_result(self, id: &EcoString, index: u64) -> egress::PuzzleResult {
+        egress::PuzzleResult {
+            id: id.clone(),
             index,
-            outcome: Some(v1::puzzle_result::Outcome::Solved(v1::Solved {
+            outcome: Some(egress::Outcome::Solved(egress::Solved {
                 moves: self.moves,
                 solution: self.solution,
                 strategy: self.strategy,
@@ -105,7 +107,7 @@ impl ResultCache {
     /// only after their sequence was replayed, so both are valid; where
     /// one is kept already, the shorter stands (an audit's correction).
     pub fn insert(&self, puzzle: Puzzle, answer: Answer) {
-        if self.banned.contains_key(&answer.worker) {
+        if self.banned.contains_key(answer.worker.as_str()) {
             return;
         }
         if let Some(mut kept) = self.map.get_mut(&puzzle) {

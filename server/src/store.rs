@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use colball_proto::prost::Message;
-use colball_proto::v1;
+use colball_proto::{egress, v1};
 use colball_solver::{Board, Puzzle, Size};
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -576,7 +576,7 @@ impl Store {
     /// stored (`false` for a repeat, or a result of a deleted job).
     pub fn put_results(
         &self,
-        results: &[(i64, v1::PuzzleResult)],
+        results: &[(i64, egress::PuzzleResult)],
     ) -> Result<Vec<bool>, StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
@@ -601,7 +601,7 @@ impl Store {
                     None => *positions.entry(*job).or_insert(next_pos(&tx, *job)?),
                 };
                 let Some(pos) = pos else { continue };
-                let error = matches!(r.outcome, Some(v1::puzzle_result::Outcome::Error(_)));
+                let error = r.error().is_some();
                 let n =
                     insert.execute(params![job, r.index as i64, error, r.encode_to_vec(), pos])?;
                 if n > 0 {
@@ -724,7 +724,7 @@ mod tests {
             .collect()
     }
 
-    fn solved(index: u64) -> v1::PuzzleResult {
+    fn solved(index: u64) -> egress::PuzzleResult {
         v1::PuzzleResult {
             id: format!("p{index}"),
             index,
@@ -733,6 +733,7 @@ mod tests {
                 ..Default::default()
             })),
         }
+        .into()
     }
 
     #[test]
@@ -839,7 +840,7 @@ mod tests {
         let other = s.create("carol", "", 3, JobFlags::default(), 1).unwrap();
         s.add(other, 0, &all[..3]).unwrap();
         s.seal(other, 2).unwrap();
-        let failed = v1::PuzzleResult::failed("p1".into(), 1, "no worker".into());
+        let failed = egress::PuzzleResult::failed("p1".into(), 1, "no worker".into());
         let group = [
             (other, solved(0)),
             (job, solved(0)),

@@ -342,13 +342,23 @@ impl MoveTable {
     /// size.
     pub fn notation(&self, indices: &[u8]) -> Option<String> {
         let mut out = String::with_capacity(indices.len() * 4);
-        for (i, &index) in indices.iter().enumerate() {
-            if i > 0 {
-                out.push(' ');
-            }
-            out.extend(self.moves.get(usize::from(index))?.chars());
-        }
+        self.write_notation(indices, &mut out)?;
         Some(out)
+    }
+
+    /// [`Self::notation`], written into `out` (any string type); `None`
+    /// if one is not a move of this size (what came before it is written).
+    pub fn write_notation(&self, indices: &[u8], out: &mut impl fmt::Write) -> Option<()> {
+        for (i, &index) in indices.iter().enumerate() {
+            let [k, r, c] = self.moves.get(usize::from(index))?.chars();
+            let written = if i > 0 { out.write_char(' ') } else { Ok(()) };
+            written
+                .and_then(|()| out.write_char(k))
+                .and_then(|()| out.write_char(r))
+                .and_then(|()| out.write_char(c))
+                .ok()?;
+        }
+        Some(())
     }
 
     /// Applies move `index` to a packed board.

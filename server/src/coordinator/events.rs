@@ -15,17 +15,20 @@
 //! totals of `/metrics`), under the same lock: a group of results is one
 //! step of both, and the figures match the sequence numbers.
 //!
-//! Results are most of the events, one per puzzle answered, so recording
-//! one allocates nothing once the log is full: the retained events are a
-//! ring whose oldest entry is overwritten in place, its strings reusing
-//! their buffers ([`copy_result`]). A copy for the live channel is made
-//! only while a watcher is subscribed.
+//! Results are most of the events, one per puzzle answered, so a result is
+//! retained as the coordinator wrote it ([`egress::PuzzleResult`], side by
+//! side in the ring rather than boxed): recording one copies no text and
+//! allocates nothing (its strings are inline or shared with the result
+//! sent to the client). It becomes a [`v1::ClusterEvent`] only for a
+//! watcher: on the live channel while one is subscribed, and when one
+//! resumes from the retained events.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use colball_proto::v1::{self, cluster_event::Kind, puzzle_result};
+use colball_proto::egress;
+use colball_proto::v1::{self, cluster_event::Kind};
 use tokio::sync::broadcast;
 
 use super::traffic::{History, Traffic, TrafficMetrics, TrafficStats};
@@ -47,12 +50,51 @@ pub struct Gone {
 struct Inner {
     next: u64,
     next_batch: u64,
-    /// Boxed, so that the ring grows by copying pointers (a ring of
-    /// events inline would copy and briefly hold twice its megabytes each
-    /// time it doubled), and an entry pushed out is reused whole.
-    retained: VecDeque<Box<v1::ClusterEvent>>,
+    retained: VecDeque<Retained>,
     capacity: usize,
     traffic: TrafficStats,
+}
+
+/// A retained event: a result as the coordinator wrote it, or any other
+/// event (boxed: they are few, and a result's entry is smaller).
+#[derive(Debug)]
+enum Retained {
+    Result {
+        sequence: u64,
+        unix_ms: i64,
+        batch: u64,
+        result: egress::PuzzleResult,
+    },
+    Other(Box<v1::ClusterEvent>),
+}
+
+impl Retained {
+    fn sequence(&self) -> u64 {
+        match self {
+            Retained::Result { sequence, .. } => *sequence,
+            Retained::Other(event) => event.sequence,
+        }
+    }
+
+    /// The event as watchers receive it.
+    fn to_event(&self) -> v1::ClusterEvent {
+        match self {
+            Retained::Result {
+                sequence,
+                unix_ms,
+                batch,
+                result,
+            } => v1::ClusterEvent {
+                sequence: *sequence,
+                unix_ms: *unix_ms,
+                kind: Some(Kind::Result(v1::ResultEvent {
+                    batch: *batch,
+                    result: Some(result.clone().into()),
+                })),
+            },
+            Retained::Other(event) => (**event).clone(),
+        }
+    }
 }
 
 /// See the module documentation.
@@ -127,37 +169,49 @@ impl EventLog {
         self.record(&mut inner, kind, now);
     }
 
-    /// One event, under the lock.
+    /// One event, under the lock (a result is kept as one, whoever
+    /// published it).
     fn record(&self, inner: &mut Inner, kind: Kind, now: i64) {
-        self.record_with(inner, now, |event| event.kind = Some(kind));
-    }
-
-    /// One result of request `batch`, under the lock, copied into the
-    /// ring (see the module documentation).
-    fn record_result(&self, inner: &mut Inner, batch: u64, result: &v1::PuzzleResult, now: i64) {
-        self.record_with(inner, now, |event| {
-            write_result(&mut event.kind, batch, result);
-        });
-    }
-
-    /// The next event, written by `write` into the ring's next entry (the
-    /// oldest one, reused, once the ring is full), then counted and sent
-    /// to live watchers.
-    fn record_with(&self, inner: &mut Inner, now: i64, write: impl FnOnce(&mut v1::ClusterEvent)) {
-        let mut event = if inner.retained.len() == inner.capacity {
-            inner.retained.pop_front().unwrap_or_default()
-        } else {
-            Box::default()
+        if let Kind::Result(v1::ResultEvent {
+            batch,
+            result: Some(result),
+        }) = kind
+        {
+            self.record_result(inner, batch, result.into(), now);
+            return;
+        }
+        let event = v1::ClusterEvent {
+            sequence: inner.next,
+            unix_ms: now,
+            kind: Some(kind),
         };
-        event.sequence = inner.next;
-        event.unix_ms = now;
-        write(&mut event);
-        inner.next += 1;
         inner.traffic.observe(&event);
+        self.keep(inner, Retained::Other(Box::new(event)));
+    }
+
+    /// One result of request `batch`, under the lock.
+    fn record_result(&self, inner: &mut Inner, batch: u64, result: egress::PuzzleResult, now: i64) {
+        inner.traffic.observe_result(now, &result);
+        let event = Retained::Result {
+            sequence: inner.next,
+            unix_ms: now,
+            batch,
+            result,
+        };
+        self.keep(inner, event);
+    }
+
+    /// Numbers the event recorded (already counted), sends it to live
+    /// watchers and retains it, pushing the oldest out of a full ring.
+    fn keep(&self, inner: &mut Inner, event: Retained) {
+        inner.next += 1;
         // Sent under the lock so live order is sequence order; subscribing
         // takes the lock too, so no watcher misses an event here.
         if self.live.receiver_count() > 0 {
-            let _ = self.live.send(Arc::new((*event).clone()));
+            let _ = self.live.send(Arc::new(event.to_event()));
+        }
+        if inner.retained.len() == inner.capacity {
+            inner.retained.pop_front();
         }
         inner.retained.push_back(event);
     }
@@ -207,7 +261,10 @@ impl EventLog {
 
 fn since(inner: &Inner, from: u64) -> Result<Vec<Arc<v1::ClusterEvent>>, Gone> {
     let newest = inner.next - 1;
-    let oldest = inner.retained.front().map_or(inner.next, |e| e.sequence);
+    let oldest = inner
+        .retained
+        .front()
+        .map_or(inner.next, Retained::sequence);
     // `newest + 1` is "the next event": resuming there is just watching.
     if from < oldest || from > newest + 1 {
         return Err(Gone {
@@ -221,64 +278,8 @@ fn since(inner: &Inner, from: u64) -> Result<Vec<Arc<v1::ClusterEvent>>, Gone> {
         .retained
         .iter()
         .skip(skip)
-        .map(|e| Arc::new((**e).clone()))
+        .map(|e| Arc::new(e.to_event()))
         .collect())
-}
-
-/// Makes `kind` the result event of `result` in request `batch`, reusing
-/// the buffers of the result event it held, if it held one (the log's ring
-/// and the dashboard's recent results).
-pub(super) fn write_result(kind: &mut Option<Kind>, batch: u64, result: &v1::PuzzleResult) {
-    match kind {
-        Some(Kind::Result(logged)) => {
-            // Every field named, as in `copy_result`.
-            let v1::ResultEvent {
-                batch: logged_batch,
-                result: logged_result,
-            } = logged;
-            *logged_batch = batch;
-            match logged_result {
-                Some(to) => copy_result(to, result),
-                none => *none = Some(result.clone()),
-            }
-        }
-        other => {
-            *other = Some(Kind::Result(v1::ResultEvent {
-                batch,
-                result: Some(result.clone()),
-            }));
-        }
-    }
-}
-
-/// Makes `to` a copy of `from`, reusing `to`'s strings' buffers where it
-/// can (a derived `clone_from` would allocate them anew).
-fn copy_result(to: &mut v1::PuzzleResult, from: &v1::PuzzleResult) {
-    to.id.clone_from(&from.id);
-    to.index = from.index;
-    match (&mut to.outcome, &from.outcome) {
-        (Some(puzzle_result::Outcome::Solved(to)), Some(puzzle_result::Outcome::Solved(from))) => {
-            // Every field named: a new one does not compile until it is
-            // copied here.
-            let v1::Solved {
-                moves,
-                solution,
-                strategy,
-                worker,
-                time_us,
-                cached,
-                shared,
-            } = from;
-            to.moves = *moves;
-            to.solution.clone_from(solution);
-            to.strategy.clone_from(strategy);
-            to.worker.clone_from(worker);
-            to.time_us = *time_us;
-            to.cached = *cached;
-            to.shared = *shared;
-        }
-        (to, from) => to.clone_from(from),
-    }
 }
 
 /// Follows one request for the event log: numbers it, announces it, and
@@ -333,13 +334,13 @@ impl BatchEvents {
     }
 
     /// Reports one result (and progress at every tenth of the batch).
-    pub fn result(&mut self, result: &v1::PuzzleResult) {
+    pub fn result(&mut self, result: &egress::PuzzleResult) {
         self.results(std::slice::from_ref(result));
     }
 
     /// Reports results that arrived together, as one step of the log, and
     /// progress at every tenth of the batch they pass.
-    pub fn results(&mut self, results: &[v1::PuzzleResult]) {
+    pub fn results(&mut self, results: &[egress::PuzzleResult]) {
         if results.is_empty() {
             return;
         }
@@ -349,10 +350,11 @@ impl BatchEvents {
         let mut inner = log.lock();
         for result in results {
             match result.outcome {
-                Some(puzzle_result::Outcome::Error(_)) => self.errors += 1,
+                Some(egress::Outcome::Error(_)) => self.errors += 1,
                 _ => self.solved += 1,
             }
-            log.record_result(&mut inner, self.batch, result, now);
+            // (A copy shares the result's strings.)
+            log.record_result(&mut inner, self.batch, result.clone(), now);
             let done = self.solved + self.errors;
             if done >= self.next_progress && done < self.total {
                 let progress = Kind::BatchProgress(v1::BatchProgress {
@@ -440,7 +442,7 @@ mod tests {
         Kind::Result(v1::ResultEvent {
             batch: 1,
             result: Some(v1::PuzzleResult {
-                outcome: Some(puzzle_result::Outcome::Solved(v1::Solved {
+                outcome: Some(v1::puzzle_result::Outcome::Solved(v1::Solved {
                     moves,
                     strategy: "bidir".into(),
                     time_us,
@@ -544,11 +546,11 @@ mod tests {
         );
     }
 
-    fn answer(id: &str, moves: i64, solution: &str, worker: &str) -> v1::PuzzleResult {
-        v1::PuzzleResult {
+    fn answer(id: &str, moves: i64, solution: &str, worker: &str) -> egress::PuzzleResult {
+        egress::PuzzleResult {
             id: id.into(),
             index: moves as u64,
-            outcome: Some(puzzle_result::Outcome::Solved(v1::Solved {
+            outcome: Some(egress::Outcome::Solved(egress::Solved {
                 moves,
                 solution: solution.into(),
                 strategy: "bidir".into(),
@@ -561,17 +563,16 @@ mod tests {
     }
 
     #[test]
-    fn a_full_ring_reuses_its_entries_and_keeps_every_event_whole() {
-        // Results of every shape written over each other: solved over
-        // solved (longer and shorter strings), an error over a solved one,
-        // a solved one over an error, and other events between them.
+    fn a_full_ring_keeps_every_event_whole() {
+        // Results of every shape pushing each other out: solved ones with
+        // inline and shared strings, errors, and other events between them.
         let results = [
             answer("first-id-longer-than-inline", 3, "r22 c23 r23", "w-1"),
             answer("p2", 1, "c22", "another-worker-name"),
-            v1::PuzzleResult::failed("p3".into(), 3, "gave up".into()),
+            egress::PuzzleResult::failed("p3".into(), 3, "gave up".into()),
             answer("p4", 6, "r22 c33 r23 c22 r33 c23", "w-1"),
             answer("", 0, "", "w-2"),
-            v1::PuzzleResult::failed("p6".into(), 6, "gave up again".into()),
+            egress::PuzzleResult::failed("p6".into(), 6, "gave up again".into()),
             answer("p7", 2, "r22 c22", "w-3"),
         ];
         let log = Arc::new(EventLog::new(3));
@@ -584,7 +585,7 @@ mod tests {
             if n % 3 == 1 {
                 log.publish(joined(n as u64));
             }
-            sent.push(r.clone());
+            sent.push(v1::PuzzleResult::from(r.clone()));
         }
         // The watcher saw each result as it was, in sequence order.
         let mut live = Vec::new();
@@ -616,29 +617,16 @@ mod tests {
     }
 
     #[test]
-    fn a_copied_result_equals_its_source_whatever_it_overwrote() {
-        let shapes = [
-            answer("a-very-long-identifier-indeed", 9, "r22 c23 r23 c22", "w"),
-            answer("", -1, "", ""),
-            v1::PuzzleResult::failed("f".into(), 1, "lost".into()),
-            v1::PuzzleResult::default(),
-        ];
-        for from in &shapes {
-            for before in &shapes {
-                let mut to = before.clone();
-                copy_result(&mut to, from);
-                assert_eq!(&to, from);
-            }
-        }
-    }
-
-    #[test]
     fn batches_report_progress_by_tenths_and_finish_once() {
         let log = Arc::new(EventLog::new(1000));
         let mut sub = log.subscribe(None).unwrap();
         let mut batch = BatchEvents::accept(log.clone(), 40, "solve_batch", "normal", "c");
         for i in 0..40 {
-            batch.result(&v1::PuzzleResult::failed(format!("p{i}"), i, "x".into()));
+            batch.result(&egress::PuzzleResult::failed(
+                format!("p{i}").into(),
+                i,
+                "x".into(),
+            ));
         }
         batch.finish("complete");
         drop(batch);

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use colball_proto::order::InOrder;
 use colball_proto::puzzle_from_wire;
-use colball_proto::v1;
+use colball_proto::{egress, v1};
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry as KeyEntry;
 use tokio::sync::{broadcast, mpsc, watch};
@@ -86,7 +86,7 @@ const LIVE_GROUPS: usize = 64;
 const EARLY: usize = 2 * WINDOW;
 
 /// What the writer is sent: a job's result to store.
-pub type ToWrite = (i64, v1::PuzzleResult);
+pub type ToWrite = (i64, egress::PuzzleResult);
 
 impl From<StoreError> for Status {
     fn from(e: StoreError) -> Status {
@@ -204,7 +204,7 @@ fn live(shared: &Shared, written: Vec<ToWrite>, new: &[bool]) {
             followed.then(Vec::new)
         });
         if let Some(group) = group {
-            group.push(result);
+            group.push(result.into());
         }
     }
     for (job, results) in by_job {

@@ -48,6 +48,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use colball_proto::egress;
 use colball_proto::v1::{self, coordinator_message};
 use dashmap::DashMap;
 use tokio::sync::{mpsc, watch};
@@ -67,7 +68,7 @@ use state::{Effect, Effects, LossReason, NewTask, RequestSpec, Snapshot, State};
 use traffic::Traffic;
 
 /// What a request's stream receives: a result, or the status that ends it.
-pub type BatchEvent = Result<v1::PuzzleResult, Status>;
+pub type BatchEvent = Result<egress::PuzzleResult, Status>;
 /// What a worker's session stream sends.
 type WorkerTx = mpsc::UnboundedSender<Result<v1::CoordinatorMessage, Status>>;
 
@@ -415,7 +416,7 @@ impl Shared {
         self: &Arc<Self>,
         spec: RequestSpec,
         tasks: Vec<NewTask>,
-    ) -> Result<(RequestStream, Vec<v1::PuzzleResult>), ServerError> {
+    ) -> Result<(RequestStream, Vec<egress::PuzzleResult>), ServerError> {
         let id = self.fresh_id();
         let (tx, rx) = mpsc::unbounded_channel();
         // The outbox exists before the state can deliver to it.
@@ -461,7 +462,7 @@ impl Shared {
 /// dropped: the request ends there).
 fn take_results(
     arrived: &mut Vec<BatchEvent>,
-    results: &mut Vec<v1::PuzzleResult>,
+    results: &mut Vec<egress::PuzzleResult>,
 ) -> Option<Status> {
     for event in arrived.drain(..) {
         match event {

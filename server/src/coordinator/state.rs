@@ -36,7 +36,8 @@ use std::net::IpAddr;
 use std::num::NonZeroU64;
 use std::time::{Duration, Instant};
 
-use colball_proto::v1::{self, cluster_event::Kind as EventKind, puzzle_result, task_result};
+use colball_proto::egress;
+use colball_proto::v1::{self, cluster_event::Kind as EventKind, task_result};
 use colball_proto::work::{check_path, method_from_wire, task_to_wire};
 use colball_solver::verify::{MAX_PATH_MOVES, Rejection, check_indices};
 use colball_solver::{MoveTable, Puzzle, Size};
@@ -239,7 +240,7 @@ pub enum Effect {
     /// Give the request one result.
     Deliver {
         request: u64,
-        result: v1::PuzzleResult,
+        result: egress::PuzzleResult,
     },
     /// End the request's stream with this failure.
     Fail {
@@ -501,7 +502,8 @@ enum Holds {
 
 #[derive(Debug)]
 struct Worker {
-    name: String,
+    /// (Shared by every result it answers, not copied.)
+    name: EcoString,
     key: WorkerKey,
     slots: u32,
     /// Credit in weight units ([`policy::weight`]), and the weight of what
@@ -615,7 +617,7 @@ impl State {
                 .iter()
                 .map(|(&id, w)| WorkerView {
                     id,
-                    name: w.name.clone(),
+                    name: w.name.to_string(),
                     slots: w.slots,
                     credit: w.credit,
                     in_flight: w.in_flight.len(),
@@ -657,8 +659,8 @@ impl State {
         spec: RequestSpec,
         tasks: Vec<NewTask>,
         now: Instant,
-        mut known: impl FnMut(&NewTask) -> Option<v1::PuzzleResult>,
-    ) -> Result<(Effects, Vec<v1::PuzzleResult>), ServerError> {
+        mut known: impl FnMut(&NewTask) -> Option<egress::PuzzleResult>,
+    ) -> Result<(Effects, Vec<egress::PuzzleResult>), ServerError> {
         // A task keeps its index in 32 bits: no request comes near (a
         // batch holds at most 1,000,000, a job at most `u32::MAX`), and
         // one that did is refused whole.
@@ -849,7 +851,7 @@ impl State {
         self.workers.insert(
             id,
             Worker {
-                name: shown,
+                name: shown.into(),
                 key,
                 slots,
                 credit: self.limits.credit.of(slots),
@@ -949,7 +951,7 @@ impl State {
         if let LossReason::Quarantined(rejected) = &reason {
             // None of its answers is trusted any more.
             effects.push(Effect::Evict {
-                worker: w.name.clone(),
+                worker: w.name.to_string(),
             });
             let until = now + self.limits.quarantine;
             self.quarantined
@@ -958,7 +960,7 @@ impl State {
             effects.push(Effect::Publish(EventKind::WorkerQuarantined(
                 v1::WorkerQuarantined {
                     worker,
-                    name: w.name.clone(),
+                    name: w.name.to_string(),
                     reason: rejected.reason.label().to_string(),
                     detail: rejected.to_string(),
                     redispatched,
@@ -970,7 +972,7 @@ impl State {
         effects.push(Effect::Publish(if lost {
             EventKind::WorkerLost(v1::WorkerLost {
                 worker,
-                name: w.name.clone(),
+                name: w.name.to_string(),
                 reason: reason.to_string(),
                 redispatched,
                 failed,
@@ -978,7 +980,7 @@ impl State {
         } else {
             EventKind::WorkerLeft(v1::WorkerLeft {
                 worker,
-                name: w.name.clone(),
+                name: w.name.to_string(),
             })
         }));
         effects.push(Effect::Close { worker, reason });
@@ -1095,7 +1097,7 @@ impl State {
                 let name = self
                     .workers
                     .get(&worker)
-                    .map_or_else(|| "unknown".to_string(), |w| w.name.clone());
+                    .map_or_else(|| "unknown".into(), |w| w.name.clone());
                 tracing::warn!(worker = %name, puzzle = %task.id, message = %truncate(&message, 200), "worker failed a puzzle");
                 self.requeue(task_id, true, effects);
             }
@@ -1119,7 +1121,7 @@ impl State {
                         w.solved += 1;
                         w.name.clone()
                     }
-                    None => String::new(),
+                    None => EcoString::new(),
                 };
                 self.counters.solved += 1;
                 if self.limits.cache_results {
@@ -1128,41 +1130,42 @@ impl State {
                         answer: Answer {
                             moves: s.moves,
                             solution: s.solution.clone(),
-                            strategy: s.strategy.to_string(),
+                            strategy: s.strategy.into(),
                             worker: name.clone(),
                         },
                     });
                 }
                 self.maybe_audit(worker, &name, &task, s.moves);
-                let solved = v1::Solved {
+                let solved = egress::Solved {
                     moves: s.moves,
                     solution: s.solution,
-                    strategy: s.strategy.to_string(),
+                    strategy: s.strategy.into(),
                     worker: name,
                     time_us: s.time_us,
                     cached: false,
                     shared: false,
                 };
                 if !task.followers.is_empty() {
-                    let copy = v1::Solved {
+                    // (Copies share the strings.)
+                    let copy = egress::Solved {
                         time_us: 0,
                         cached: true,
                         shared: true,
                         ..solved.clone()
                     };
                     for f in task.followers {
-                        let result = v1::PuzzleResult {
-                            id: String::from(f.id),
+                        let result = egress::PuzzleResult {
+                            id: f.id,
                             index: f.index.into(),
-                            outcome: Some(puzzle_result::Outcome::Solved(copy.clone())),
+                            outcome: Some(egress::Outcome::Solved(copy.clone())),
                         };
                         self.deliver(f.request, result, effects);
                     }
                 }
-                let result = v1::PuzzleResult {
-                    id: String::from(task.id),
+                let result = egress::PuzzleResult {
+                    id: task.id,
                     index: task.index.into(),
-                    outcome: Some(puzzle_result::Outcome::Solved(solved)),
+                    outcome: Some(egress::Outcome::Solved(solved)),
                 };
                 self.deliver(task.request, result, effects);
             }
@@ -1280,7 +1283,7 @@ impl State {
                     answer: Answer {
                         moves: s.moves,
                         solution: s.solution,
-                        strategy: s.strategy.to_string(),
+                        strategy: s.strategy.into(),
                         worker: name,
                     },
                 });
@@ -1399,8 +1402,7 @@ impl State {
                     if f.request != id {
                         let message =
                             format!("puzzle {:?}: {}", f.id, ServerError::from(failure.clone()));
-                        let result =
-                            v1::PuzzleResult::failed(String::from(f.id), f.index.into(), message);
+                        let result = egress::PuzzleResult::failed(f.id, f.index.into(), message);
                         self.deliver(f.request, result, effects);
                     }
                 }
@@ -1440,11 +1442,12 @@ impl State {
     /// `message` is given the id of each.
     fn fail(&mut self, task: Task, effects: &mut Effects, message: impl Fn(&str) -> String) {
         for f in task.followers {
-            let result = v1::PuzzleResult::failed(f.id.to_string(), f.index.into(), message(&f.id));
+            let message = message(&f.id);
+            let result = egress::PuzzleResult::failed(f.id, f.index.into(), message);
             self.deliver(f.request, result, effects);
         }
-        let result =
-            v1::PuzzleResult::failed(task.id.to_string(), task.index.into(), message(&task.id));
+        let message = message(&task.id);
+        let result = egress::PuzzleResult::failed(task.id, task.index.into(), message);
         self.deliver(task.request, result, effects);
     }
 
@@ -1491,7 +1494,7 @@ impl State {
     }
 
     /// Gives a request one result.
-    fn deliver(&mut self, request: u64, result: v1::PuzzleResult, effects: &mut Effects) {
+    fn deliver(&mut self, request: u64, result: egress::PuzzleResult, effects: &mut Effects) {
         let Some(r) = self.requests.get_mut(&request) else {
             return;
         };
@@ -1699,7 +1702,7 @@ fn weight_of(task: &v1::Task) -> usize {
 #[derive(Debug)]
 struct Checked {
     moves: i64,
-    solution: String,
+    solution: EcoString,
     strategy: &'static str,
     time_us: u64,
 }
@@ -1722,11 +1725,13 @@ fn check_solved(puzzle: &Puzzle, s: v1::TaskSolved) -> Result<Checked, Rejection
     // Replayed as the move numbers the wire carries: no list of moves.
     check_path(puzzle.size(), &s.path).map_err(|e| Rejection::IllegalMove(e.to_string()))?;
     check_indices(puzzle, s.moves, &s.path)?;
-    let table = MoveTable::of(puzzle.size());
+    // Every byte is a move (checked above). Written straight into the
+    // string the result keeps (inline up to 15 bytes).
+    let mut solution = EcoString::with_capacity(4 * s.path.len());
+    MoveTable::of(puzzle.size()).write_notation(&s.path, &mut solution);
     Ok(Checked {
         moves: s.moves,
-        // Every byte is a move (checked above).
-        solution: table.notation(&s.path).unwrap_or_default(),
+        solution,
         strategy,
         time_us: s.time_us,
     })
@@ -1808,7 +1813,7 @@ mod tests {
             .collect()
     }
 
-    fn delivered(effects: &Effects) -> Vec<(u64, v1::PuzzleResult)> {
+    fn delivered(effects: &Effects) -> Vec<(u64, egress::PuzzleResult)> {
         let mut out: Vec<_> = effects
             .iter()
             .filter_map(|e| match e {
@@ -1869,9 +1874,9 @@ mod tests {
         format_moves(&path_from_wire(size, &s.path).unwrap())
     }
 
-    fn outcome_moves(r: &v1::PuzzleResult) -> Option<i64> {
+    fn outcome_moves(r: &egress::PuzzleResult) -> Option<i64> {
         match &r.outcome {
-            Some(puzzle_result::Outcome::Solved(s)) => Some(s.moves),
+            Some(egress::Outcome::Solved(s)) => Some(s.moves),
             _ => None,
         }
     }
@@ -1983,7 +1988,7 @@ mod tests {
         let [(10, r)] = &got[..] else {
             panic!("one result: {got:?}")
         };
-        let Some(puzzle_result::Outcome::Error(e)) = &r.outcome else {
+        let Some(egress::Outcome::Error(e)) = &r.outcome else {
             panic!("expected an error result");
         };
         assert!(e.message.contains("3 attempts"), "{}", e.message);
@@ -2080,7 +2085,7 @@ mod tests {
         assert_eq!(indexes, vec![0, 1, 2, 3, 4, 5]);
         for (_, r) in &got {
             assert_eq!(r.id, format!("p{}", r.index), "each copy keeps its own id");
-            let Some(puzzle_result::Outcome::Solved(solved)) = &r.outcome else {
+            let Some(egress::Outcome::Solved(solved)) = &r.outcome else {
                 panic!("expected an answer: {r:?}");
             };
             assert_eq!(solved.cached, [2, 5].contains(&r.index), "{r:?}");
@@ -2155,7 +2160,7 @@ mod tests {
         let got = delivered(&lose_a_worker_per_attempt(&mut s, now));
         assert_eq!(got.len(), 3);
         for (_, r) in &got {
-            let Some(puzzle_result::Outcome::Error(e)) = &r.outcome else {
+            let Some(egress::Outcome::Error(e)) = &r.outcome else {
                 panic!("expected an error result: {r:?}");
             };
             assert!(e.message.contains(&format!("{:?}", r.id)), "{}", e.message);
@@ -2551,7 +2556,7 @@ mod tests {
                                 .or_default()
                                 .entry(result.index)
                                 .or_default() += 1;
-                            if let Some(puzzle_result::Outcome::Solved(s)) = &result.outcome {
+                            if let Some(egress::Outcome::Solved(s)) = &result.outcome {
                                 let puzzle = self.puzzle_at[&(request, result.index)];
                                 assert_eq!(
                                     check_answer(&puzzle, s.moves, &s.solution),
@@ -2654,9 +2659,9 @@ mod tests {
                         }
                         let lookup = |t: &NewTask| {
                             let bit = t.index - ready as u64;
-                            (known >> bit & 1 == 1).then(|| v1::PuzzleResult {
+                            (known >> bit & 1 == 1).then(|| egress::PuzzleResult {
                                 index: t.index,
-                                ..v1::PuzzleResult::default()
+                                ..egress::PuzzleResult::default()
                             })
                         };
                         if let Ok((e, late)) = s.admit_known(id, spec, tasks, now, lookup) {

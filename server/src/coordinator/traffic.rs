@@ -12,7 +12,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use colball_proto::v1::{self, cluster_event::Kind, puzzle_result};
+use colball_proto::egress;
+use colball_proto::v1::{self, cluster_event::Kind};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
@@ -165,7 +166,8 @@ pub struct TrafficStats {
     latency: Histogram,
     /// The newest result events, formatted only when the dashboard asks
     /// (a busy coordinator publishes far more than anyone reads).
-    results: VecDeque<v1::ClusterEvent>,
+    /// The newest solved results, with their times.
+    results: VecDeque<(i64, egress::PuzzleResult)>,
     failures: VecDeque<Recent>,
     times_us: VecDeque<u64>,
     pub(super) created_ms: i64,
@@ -231,15 +233,15 @@ impl TrafficStats {
                     ),
                 },
             ),
-            Some(Kind::Result(r)) => self.result(r, event, now),
+            // Results are counted by `observe_result`.
             _ => {}
         }
     }
 
-    fn result(&mut self, r: &v1::ResultEvent, event: &v1::ClusterEvent, now: i64) {
-        let Some(result) = &r.result else { return };
+    /// Counts one result of the log (at its time).
+    pub fn observe_result(&mut self, now: i64, result: &egress::PuzzleResult) {
         match &result.outcome {
-            Some(puzzle_result::Outcome::Solved(s)) => {
+            Some(egress::Outcome::Solved(s)) => {
                 let how = match (s.cached, s.shared) {
                     (true, true) => "shared",
                     (true, false) => "result_cache",
@@ -268,15 +270,16 @@ impl TrafficStats {
                     }
                     self.times_us.push_back(s.time_us);
                 }
-                push_copy(&mut self.results, event);
+                // (A copy shares the result's strings.)
+                push(&mut self.results, (now, result.clone()));
             }
-            Some(puzzle_result::Outcome::Error(e)) => {
+            Some(egress::Outcome::Error(e)) => {
                 self.errors.inc();
                 push(
                     &mut self.failures,
                     Recent {
                         unix_ms: now,
-                        id: result.id.clone(),
+                        id: result.id.to_string(),
                         text: e.message.clone(),
                     },
                 );
@@ -314,7 +317,7 @@ impl TrafficStats {
                 .results
                 .iter()
                 .rev()
-                .filter_map(recent_result)
+                .filter_map(|(at, result)| recent_result(*at, result))
                 .collect(),
             failures: self.failures.iter().rev().cloned().collect(),
             p50_us: pct(50),
@@ -404,15 +407,9 @@ impl TrafficStats {
     }
 }
 
-/// A result event as the dashboard lists it.
-fn recent_result(event: &v1::ClusterEvent) -> Option<Recent> {
-    let Some(Kind::Result(r)) = &event.kind else {
-        return None;
-    };
-    let result = r.result.as_ref()?;
-    let Some(puzzle_result::Outcome::Solved(s)) = &result.outcome else {
-        return None;
-    };
+/// A result as the dashboard lists it.
+fn recent_result(unix_ms: i64, result: &egress::PuzzleResult) -> Option<Recent> {
+    let s = result.solved()?;
     let text = if s.cached {
         format!("{} moves (cached)", s.moves)
     } else {
@@ -422,32 +419,10 @@ fn recent_result(event: &v1::ClusterEvent) -> Option<Recent> {
         )
     };
     Some(Recent {
-        unix_ms: event.unix_ms,
-        id: result.id.clone(),
+        unix_ms,
+        id: result.id.to_string(),
         text,
     })
-}
-
-/// Appends a copy of a result event to a ring of the newest [`RECENT`],
-/// reusing the oldest one's buffers once the ring is full.
-fn push_copy(ring: &mut VecDeque<v1::ClusterEvent>, event: &v1::ClusterEvent) {
-    if ring.len() < RECENT {
-        ring.push_back(event.clone());
-        return;
-    }
-    let Some(mut oldest) = ring.pop_front() else {
-        return;
-    };
-    oldest.sequence = event.sequence;
-    oldest.unix_ms = event.unix_ms;
-    match &event.kind {
-        Some(Kind::Result(v1::ResultEvent {
-            batch,
-            result: Some(result),
-        })) => super::events::write_result(&mut oldest.kind, *batch, result),
-        other => oldest.kind.clone_from(other),
-    }
-    ring.push_back(oldest);
 }
 
 /// Appends to a ring of the newest [`RECENT`] items.

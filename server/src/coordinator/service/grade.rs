@@ -15,7 +15,7 @@
 use std::pin::Pin;
 
 use colball_proto::grade::{answer_from_wire, graded_to_wire};
-use colball_proto::v1::{self, puzzle_result};
+use colball_proto::{egress, v1};
 use colball_solver::Puzzle;
 use colball_solver::grade::{GivenAnswer, Graded, grade_case};
 use tokio::sync::mpsc;
@@ -134,7 +134,7 @@ async fn judge(
         sent += 1;
         let graded = verdict(info, result.outcome);
         if tx
-            .send(Ok(graded_to_wire(result.index, result.id, &graded)))
+            .send(Ok(graded_to_wire(result.index, result.id.into(), &graded)))
             .await
             .is_err()
         {
@@ -167,15 +167,13 @@ async fn judge(
 }
 
 /// The verdict on one case, given the cluster's outcome for its puzzle.
-fn verdict(info: &CaseInfo, outcome: Option<puzzle_result::Outcome>) -> Graded {
+fn verdict(info: &CaseInfo, outcome: Option<egress::Outcome>) -> Graded {
     match (outcome, &info.puzzle) {
-        (Some(puzzle_result::Outcome::Solved(s)), Some(puzzle)) => {
+        (Some(egress::Outcome::Solved(s)), Some(puzzle)) => {
             grade_case(puzzle, s.moves, info.answer.as_ref())
         }
-        (Some(puzzle_result::Outcome::Error(e)), _) => {
-            Graded::error(info.answer.as_ref(), e.message)
-        }
-        (Some(puzzle_result::Outcome::Solved(_)), None) => Graded::error(
+        (Some(egress::Outcome::Error(e)), _) => Graded::error(info.answer.as_ref(), e.message),
+        (Some(egress::Outcome::Solved(_)), None) => Graded::error(
             info.answer.as_ref(),
             "the puzzle is malformed but was answered",
         ),
@@ -205,11 +203,11 @@ mod tests {
         }
     }
 
-    fn solved(index: u64, id: &str, moves: i64) -> v1::PuzzleResult {
-        v1::PuzzleResult {
+    fn solved(index: u64, id: &str, moves: i64) -> egress::PuzzleResult {
+        egress::PuzzleResult {
             id: id.into(),
             index,
-            outcome: Some(puzzle_result::Outcome::Solved(v1::Solved {
+            outcome: Some(egress::Outcome::Solved(egress::Solved {
                 moves,
                 ..Default::default()
             })),
@@ -243,7 +241,7 @@ mod tests {
         ];
         batch_tx.send(Ok(solved(1, "b", 0))).unwrap();
         batch_tx
-            .send(Ok(v1::PuzzleResult::failed(
+            .send(Ok(egress::PuzzleResult::failed(
                 "c".into(),
                 2,
                 "worker gave up".into(),

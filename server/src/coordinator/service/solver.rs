@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use colball_proto::ingest::{self, solver_server::Solver};
 use colball_proto::order::InOrder;
-use colball_proto::v1;
 use colball_proto::{PuzzleText, batch_from_wire};
+use colball_proto::{egress, v1};
 use ecow::EcoString;
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
@@ -22,7 +22,7 @@ use crate::coordinator::state::{NewTask, RequestSpec};
 use crate::coordinator::{BatchEvent, RequestStream, Shared, take_results};
 use crate::error::ServerError;
 
-type ResultStream = Pin<Box<dyn Stream<Item = Result<v1::PuzzleResult, Status>> + Send>>;
+type ResultStream = Pin<Box<dyn Stream<Item = Result<egress::PuzzleResult, Status>> + Send>>;
 type EventStream = Pin<Box<dyn Stream<Item = Result<v1::ClusterEvent, Status>> + Send>>;
 /// The client-facing service.
 #[derive(Debug)]
@@ -32,7 +32,7 @@ pub(super) struct SolverService {
 /// A request after parsing and the cache: results known now, and the
 /// stream the rest arrive on.
 pub(super) struct Admitted {
-    pub(super) ready: Vec<v1::PuzzleResult>,
+    pub(super) ready: Vec<egress::PuzzleResult>,
     pub(super) stream: RequestStream,
     pub(super) total: usize,
     /// Reports the request's results and end to watchers.
@@ -96,7 +96,7 @@ impl SolverService {
         for (index, (id, parsed)) in batch.into_iter().enumerate() {
             let index = index as u64;
             match parsed {
-                Err(e) => ready.push(v1::PuzzleResult::invalid(index, &e)),
+                Err(e) => ready.push(egress::PuzzleResult::invalid(index, &e)),
                 Ok(puzzle) => match shared.cache.get(&puzzle) {
                     Some(a) => ready.push(a.to_result(&id, index)),
                     None => tasks.push(NewTask { index, id, puzzle }),
@@ -161,7 +161,7 @@ impl Solver for SolverService {
     async fn solve(
         &self,
         request: Request<v1::SolveRequest>,
-    ) -> Result<Response<v1::PuzzleResult>, Status> {
+    ) -> Result<Response<egress::PuzzleResult>, Status> {
         // tonic drops this future when the deadline passes; dropping the
         // stream then ends the request.
         let client = client_of(&request);
@@ -314,7 +314,7 @@ async fn forward(
     admitted: Admitted,
     ordered: bool,
     deadline: Option<tokio::time::Instant>,
-    tx: mpsc::Sender<Vec<Result<v1::PuzzleResult, Status>>>,
+    tx: mpsc::Sender<Vec<Result<egress::PuzzleResult, Status>>>,
 ) {
     let Admitted {
         ready,
