@@ -341,24 +341,28 @@ impl MoveTable {
     /// [`format_moves`] writes them); `None` if one is not a move of this
     /// size.
     pub fn notation(&self, indices: &[u8]) -> Option<String> {
-        let mut out = String::with_capacity(indices.len() * 4);
-        self.write_notation(indices, &mut out)?;
-        Some(out)
+        let mut out = vec![0; 4 * indices.len()];
+        let len = self.notation_bytes(indices, &mut out)?;
+        out.truncate(len);
+        String::from_utf8(out).ok()
     }
 
-    /// [`Self::notation`], written into `out` (any string type); `None`
-    /// if one is not a move of this size (what came before it is written).
-    pub fn write_notation(&self, indices: &[u8], out: &mut impl fmt::Write) -> Option<()> {
+    /// [`Self::notation`], written as ASCII into `out` (4 bytes a move
+    /// are always enough): the length written, or `None` if one is not a
+    /// move of this size or `out` is too short. (No allocation: the
+    /// coordinator writes every answer's notation on a stack buffer.)
+    pub fn notation_bytes(&self, indices: &[u8], out: &mut [u8]) -> Option<usize> {
+        let mut len = 0;
         for (i, &index) in indices.iter().enumerate() {
-            let [k, r, c] = self.moves.get(usize::from(index))?.chars();
-            let written = if i > 0 { out.write_char(' ') } else { Ok(()) };
-            written
-                .and_then(|()| out.write_char(k))
-                .and_then(|()| out.write_char(r))
-                .and_then(|()| out.write_char(c))
-                .ok()?;
+            let token = self.moves.get(usize::from(index))?.chars().map(|c| c as u8);
+            let at = len + usize::from(i > 0);
+            out.get_mut(at..at + 3)?.copy_from_slice(&token);
+            if i > 0 {
+                out[len] = b' ';
+            }
+            len = at + 3;
         }
-        Some(())
+        Some(len)
     }
 
     /// Applies move `index` to a packed board.

@@ -262,6 +262,13 @@ mod tests {
                     .map(|&m| MoveTable::index_of(size, m).unwrap() as u8)
                     .collect();
                 assert_eq!(table.notation(&indices), Some(format_moves(&path)));
+                // 4 bytes a move are enough; one byte short is refused.
+                let mut out = [0; 4 * MAX_PATH_MOVES];
+                let len = table.notation_bytes(&indices, &mut out).unwrap();
+                assert_eq!(&out[..len], format_moves(&path).as_bytes());
+                if len > 0 {
+                    assert_eq!(table.notation_bytes(&indices, &mut out[..len - 1]), None);
+                }
                 for count in [s.answer(), s.answer() + 1, -1, -2] {
                     assert_eq!(
                         check_indices(&p, count, &indices),

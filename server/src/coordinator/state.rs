@@ -1725,10 +1725,14 @@ fn check_solved(puzzle: &Puzzle, s: v1::TaskSolved) -> Result<Checked, Rejection
     // Replayed as the move numbers the wire carries: no list of moves.
     check_path(puzzle.size(), &s.path).map_err(|e| Rejection::IllegalMove(e.to_string()))?;
     check_indices(puzzle, s.moves, &s.path)?;
-    // Every byte is a move (checked above). Written straight into the
-    // string the result keeps (inline up to 15 bytes).
-    let mut solution = EcoString::with_capacity(4 * s.path.len());
-    MoveTable::of(puzzle.size()).write_notation(&s.path, &mut solution);
+    // Every byte is a move (checked above), and the text ASCII. Written on
+    // the stack, then into the string the result keeps (inline up to 15
+    // bytes).
+    let mut text = [0; 4 * MAX_PATH_MOVES];
+    let len = MoveTable::of(puzzle.size())
+        .notation_bytes(&s.path, &mut text)
+        .unwrap_or(0);
+    let solution = EcoString::from(std::str::from_utf8(&text[..len]).unwrap_or_default());
     Ok(Checked {
         moves: s.moves,
         solution,
