@@ -137,6 +137,15 @@ impl<T: Led> TaskTable<T> {
         (task.version() == version).then_some(task)
     }
 
+    /// Reads what removing task `id` will read (its slot and its puzzle's
+    /// leader entry), changing nothing: see [`super::state`]'s `touch`.
+    pub fn touch(&self, id: u64) {
+        let Some(task) = self.get(id) else { return };
+        let slot = split(id).0;
+        let hash = self.hash(task.puzzle());
+        std::hint::black_box(self.leaders.find(hash, |&s| s as usize == slot));
+    }
+
     /// Removes a task (done, failed or no longer wanted); its puzzle has
     /// no leader after.
     pub fn remove(&mut self, id: u64) -> Option<T> {
@@ -272,6 +281,9 @@ mod tests {
                         let mut ids: Vec<u64> = model.keys().copied().collect();
                         ids.sort_unstable();
                         if let Some(&id) = ids.get(i % ids.len().max(1)) {
+                            // Touched first, as results are: it changes
+                            // nothing (checked after every step).
+                            table.touch(id);
                             let (p, v) = model.remove(&id).unwrap();
                             prop_assert_eq!(task(table.remove(id).as_ref()), Some((puzzle(p), v)));
                             prop_assert_eq!(table.leader(&puzzle(p)), None);
@@ -280,6 +292,7 @@ mod tests {
                     }
                     Op::Stale(i) => {
                         if let Some(&id) = gone.get(i % gone.len().max(1)) {
+                            table.touch(id);
                             prop_assert!(table.get(id).is_none());
                             prop_assert!(table.remove(id).is_none());
                         }
