@@ -11,7 +11,7 @@
 //!   held back (its client is not reading its results) leaves the rotation
 //!   until it is released.
 //! - [`Credit`]: how many tasks a worker may hold.
-//! - [`TargetShare`]: the `target_share` hint sent with each task.
+//! - [`target_shares`]: the `target_share` hints sent with the tasks.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -348,39 +348,37 @@ pub fn weight(size: Size) -> usize {
     }
 }
 
-/// The `target_share` hint: how many puzzles with one target each worker
-/// can expect from a request, so its engine builds a distance table at once
-/// where one pays for itself.
-#[derive(Debug, Default)]
-pub struct TargetShare {
-    counts: HashMap<Board, u64>,
-    workers: u64,
-}
-
-impl TargetShare {
-    /// Counts the targets of a request's puzzles, to be spread over
-    /// `workers` workers.
-    pub fn new<'a>(targets: impl IntoIterator<Item = &'a Board>, workers: usize) -> TargetShare {
-        let targets = targets.into_iter();
-        // Sized for distinct targets at once (growing it rehashed every
-        // entry several times for a request of 20,000 puzzles).
-        let mut counts = HashMap::with_capacity(targets.size_hint().0);
-        for t in targets {
-            *counts.entry(*t).or_insert(0) += 1;
-        }
-        TargetShare {
-            counts,
-            workers: workers.max(1) as u64,
-        }
+/// The `target_share` hints of a request's tasks, one per target in order:
+/// how many puzzles with its target each of `workers` workers can expect
+/// from the request (0 for a target no other task shares; saturated), so
+/// that a worker's engine builds a distance table at once where one pays
+/// for itself.
+///
+/// Each target is looked up once, numbering the distinct ones; the counts
+/// are then read by number from a small vector. (Counted in a map and
+/// looked up again per task, the second lookups were 3% of the
+/// coordinator's CPU in the ceiling bench: a request's targets are spread
+/// over a table too large for the processor's caches.)
+pub fn target_shares(targets: impl ExactSizeIterator<Item = Board>, workers: usize) -> Vec<u16> {
+    let workers = workers.max(1) as u64;
+    let mut numbers: HashMap<Board, u32> = HashMap::with_capacity(targets.len());
+    let mut counts: Vec<u64> = Vec::new();
+    let mut of_task: Vec<u32> = Vec::with_capacity(targets.len());
+    for t in targets {
+        let n = *numbers.entry(t).or_insert_with(|| {
+            counts.push(0);
+            (counts.len() - 1) as u32
+        });
+        counts[n as usize] += 1;
+        of_task.push(n);
     }
-
-    /// The hint for a puzzle with this target (0: no hint).
-    pub fn hint(&self, target: &Board) -> u64 {
-        match self.counts.get(target) {
-            Some(&n) if n > 1 => n.div_ceil(self.workers),
+    of_task
+        .into_iter()
+        .map(|n| match counts[n as usize] {
+            count if count > 1 => u16::try_from(count.div_ceil(workers)).unwrap_or(u16::MAX),
             _ => 0,
-        }
-    }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -501,8 +499,9 @@ mod tests {
         let size = Size::new(3, 3).unwrap();
         let a = Board::filled(size, Colour::Red);
         let b = Board::filled(size, Colour::Blue);
-        let share = TargetShare::new([a, a, a, a, a, b].iter(), 2);
-        assert_eq!(share.hint(&a), 3);
-        assert_eq!(share.hint(&b), 0, "a lone target gets no hint");
+        let shares = target_shares([a, b, a, a, a, a].into_iter(), 2);
+        assert_eq!(shares, [3, 0, 3, 3, 3, 3], "a lone target gets no hint");
+        let many = target_shares(std::iter::repeat_n(a, 200_000), 1);
+        assert_eq!(many[0], u16::MAX, "saturated");
     }
 }

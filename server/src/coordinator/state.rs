@@ -47,7 +47,7 @@ use ecow::EcoString;
 use foldhash::{HashMap, HashMapExt, HashSet};
 use thin_vec::ThinVec;
 
-use super::policy::{Credit, Depths, FairQueue, Priority, TargetShare, weight};
+use super::policy::{Credit, Depths, FairQueue, Priority, target_shares, weight};
 use super::tasks::{Led, TaskTable};
 use crate::cache::Answer;
 use crate::error::ServerError;
@@ -682,14 +682,7 @@ impl State {
                 limit: self.limits.max_pending,
             });
         }
-        let share = TargetShare::new(
-            tasks
-                .iter()
-                .map(|t| t.puzzle.target())
-                .collect::<Vec<_>>()
-                .iter(),
-            self.workers.len(),
-        );
+        let shares = target_shares(tasks.iter().map(|t| t.puzzle.target()), self.workers.len());
         self.queue.open(id, &spec.client, spec.priority);
         self.queue.reserve(id, tasks.len());
         let total = spec.total.max(tasks.len());
@@ -702,7 +695,7 @@ impl State {
             held: false,
         };
         let mut late = Vec::new();
-        for t in tasks {
+        for (t, target_share) in tasks.into_iter().zip(shares) {
             let leader = self.tasks.leader(&t.puzzle);
             if let Some(task) = leader.and_then(|l| self.tasks.get_mut(l)) {
                 task.followers.push(Follower {
@@ -721,7 +714,7 @@ impl State {
                 index: t.index as u32,
                 version: 0,
                 id: t.id,
-                target_share: u16::try_from(share.hint(&t.puzzle.target())).unwrap_or(u16::MAX),
+                target_share,
                 puzzle: t.puzzle,
                 attempts: 0,
                 state: TaskState::Queued,
