@@ -27,6 +27,7 @@
 //! smallest puzzles a 16 MiB message can hold (two bytes each) cannot make
 //! one request take gigabytes before its size is checked.
 
+use colball_solver::{Board, Size};
 use ecow::EcoString;
 use prost::bytes::{Buf, BufMut};
 use prost::encoding::{self, DecodeContext, WireType};
@@ -180,6 +181,26 @@ impl Rows {
         }
     }
 
+    /// The board, read straight from the inline bytes when they are rows
+    /// of one length and a valid size, and all letters (every valid board
+    /// sent as rows); `None` otherwise.
+    fn board(&self) -> Option<Board> {
+        let Rows::Inline { bytes, ends, count } = self else {
+            return None;
+        };
+        let rows = usize::from(*count);
+        let cols = usize::from(ends[0]);
+        let size = Size::new(rows, cols).ok()?;
+        if !ends[..rows]
+            .iter()
+            .enumerate()
+            .all(|(r, &end)| usize::from(end) == (r + 1) * cols)
+        {
+            return None;
+        }
+        Board::from_letters(size, &bytes[..size.cells()])
+    }
+
     /// Whether the rows are held inline.
     pub fn is_inline(&self) -> bool {
         matches!(self, Rows::Inline { .. })
@@ -249,6 +270,10 @@ impl PuzzleText for Puzzle {
 
     fn into_id(self) -> EcoString {
         self.id
+    }
+
+    fn boards(&self) -> Option<(Board, Board)> {
+        Some((self.start.board()?, self.target.board()?))
     }
 }
 
@@ -446,10 +471,64 @@ mod tests {
         }
     }
 
+    /// A valid puzzle of any size as sent, or one changed in one way
+    /// (a letter, a row's length, a row more or less, a board of another
+    /// size).
+    fn near_valid_puzzle() -> impl Strategy<Value = v1::Puzzle> {
+        (any::<u64>(), 0..Size::ALL.len(), 0..7u8, any::<usize>()).prop_map(
+            |(seed, size, change, at)| {
+                let mut g = colball_solver::generate::Generator::new(seed);
+                let size = Size::ALL[size];
+                let mut wire = crate::puzzle_to_wire("p", &g.uniform(size));
+                let rows = if at % 2 == 0 {
+                    &mut wire.start
+                } else {
+                    &mut wire.target
+                };
+                let r = at % rows.len();
+                match change {
+                    1 => rows[r].replace_range(0..1, "x"),
+                    2 => rows[r].push('R'),
+                    3 => {
+                        rows[r].pop();
+                    }
+                    4 => rows.push(rows[0].clone()),
+                    5 => {
+                        rows.remove(r);
+                    }
+                    6 => {
+                        let other = Size::ALL[(at / 2) % 9];
+                        wire.target = crate::puzzle_to_wire("p", &g.uniform(other)).target;
+                    }
+                    _ => {}
+                }
+                wire
+            },
+        )
+    }
+
+    proptest! {
+        /// Boards read straight from their inline bytes read as their rows
+        /// do: the same puzzle, or the same error.
+        #[test]
+        fn inline_boards_read_as_their_rows_do(sent in near_valid_puzzle()) {
+            let bytes = v1::SolveBatchRequest {
+                puzzles: vec![sent.clone()],
+                ..Default::default()
+            }
+            .encode_to_vec();
+            let read = SolveBatchRequest::decode(bytes.as_slice()).unwrap();
+            prop_assert_eq!(
+                crate::puzzle_from_wire(&read.puzzles[0]),
+                crate::puzzle_from_wire(&sent)
+            );
+        }
+    }
+
     #[test]
     fn valid_puzzles_of_every_size_stay_inline() {
         let mut g = colball_solver::generate::Generator::new(3);
-        for size in colball_solver::Size::ALL {
+        for size in Size::ALL {
             let p = g.uniform(size);
             let wire = crate::puzzle_to_wire("p-123456789", &p);
             let bytes = v1::SolveBatchRequest {

@@ -99,6 +99,12 @@ pub trait PuzzleText {
     fn target(&self) -> RowSlices<'_>;
     /// The id, kept (inline up to 15 bytes).
     fn into_id(self) -> EcoString;
+    /// Both boards, if the rows are held in a form that reads them at once
+    /// and they are valid; `None` means: read the rows (which says what
+    /// is wrong, if anything is).
+    fn boards(&self) -> Option<(Board, Board)> {
+        None
+    }
 }
 
 /// A board's rows as sent, borrowed (inline up to four, as every valid
@@ -140,6 +146,11 @@ pub fn puzzle_from_wire<P: PuzzleText>(p: &P) -> Result<Puzzle, InvalidPuzzle> {
                 id.len()
             ),
         });
+    }
+    if let Some((start, target)) = p.boards()
+        && let Ok(puzzle) = Puzzle::new(start, target)
+    {
+        return Ok(puzzle);
     }
     let board = |field: &'static str, rows: RowSlices<'_>| -> Result<Board, InvalidPuzzle> {
         if rows.is_empty() {

@@ -223,6 +223,21 @@ impl Board {
         Ok(Board { size, cells })
     }
 
+    /// A board of `size` from its letters, row after row with nothing
+    /// between them; `None` unless there is one letter for each cell and
+    /// each is `R`, `G` or `B` (the rows' own reading, [`Board::from_rows`],
+    /// says what is wrong).
+    pub fn from_letters(size: Size, letters: &[u8]) -> Option<Board> {
+        if letters.len() != size.cells() {
+            return None;
+        }
+        let mut cells = 0u32;
+        for (i, &b) in letters.iter().enumerate() {
+            cells |= (Colour::from_letter(b)? as u32) << (2 * i);
+        }
+        Some(Board { size, cells })
+    }
+
     /// Reads rows of letters whose count and length give the size.
     pub fn parse_rows<S: AsRef<[u8]>>(rows: &[S]) -> Result<Board, BoardError> {
         let cols = rows.first().map_or(0, |r| char_count(r.as_ref()));
