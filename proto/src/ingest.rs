@@ -91,7 +91,17 @@ impl prost::Message for SolveBatchRequest {
                     self.puzzles.reserve_exact(len.min(MAX_PUZZLES - len));
                 }
                 let before = buf.remaining();
-                encoding::message::merge_repeated(wire_type, &mut self.puzzles, buf, ctx)?;
+                match whole_field(wire_type, buf.chunk())
+                    .and_then(|(taken, bytes)| Some((taken, Puzzle::read_plain(bytes)?)))
+                {
+                    Some((taken, puzzle)) => {
+                        self.puzzles.push(puzzle);
+                        buf.advance(taken);
+                    }
+                    None => {
+                        encoding::message::merge_repeated(wire_type, &mut self.puzzles, buf, ctx)?
+                    }
+                }
                 if self.puzzles.len() == 1 {
                     // Sized once, from the first puzzle's length on the
                     // wire (a batch's puzzles are mostly alike), rather
@@ -274,6 +284,35 @@ impl PuzzleText for Puzzle {
 
     fn boards(&self) -> Option<(Board, Board)> {
         Some((self.start.board()?, self.target.board()?))
+    }
+}
+
+impl Puzzle {
+    /// Reads a puzzle message as clients write it (the id and each row
+    /// once a field, every length under 128 bytes, rows that fit inline),
+    /// in one pass over its bytes; `None` for anything else (another
+    /// field, a longer length, a row that spills, an id that is not
+    /// UTF-8), which prost's reading then takes from the start. What it
+    /// reads, it reads as that would (property-tested).
+    fn read_plain(mut bytes: &[u8]) -> Option<Puzzle> {
+        let mut puzzle = Puzzle::default();
+        while let [key, len, rest @ ..] = bytes {
+            if *len >= 0x80 {
+                // A length of more than one byte.
+                return None;
+            }
+            let len = usize::from(*len);
+            let field = rest.get(..len)?;
+            match key {
+                // Fields 1, 2 and 3, length-delimited.
+                0x0a => puzzle.id = EcoString::from(std::str::from_utf8(field).ok()?),
+                0x12 if puzzle.start.push_inline(field) => {}
+                0x1a if puzzle.target.push_inline(field) => {}
+                _ => return None,
+            }
+            bytes = &rest[len..];
+        }
+        bytes.is_empty().then_some(puzzle)
     }
 }
 
@@ -508,6 +547,25 @@ mod tests {
     }
 
     proptest! {
+        /// Any bytes as a request's puzzle: read as the generated type reads
+        /// them (the same puzzle, or an error for the same inputs).
+        #[test]
+        fn any_puzzle_bytes_in_a_request_read_as_the_generated_messages_do(
+            puzzle in prop::collection::vec(any::<u8>(), 0..48),
+        ) {
+            let mut bytes = vec![0x0a, puzzle.len() as u8];
+            bytes.extend(&puzzle);
+            let generated = v1::SolveBatchRequest::decode(bytes.as_slice());
+            let ours = SolveBatchRequest::decode(bytes.as_slice());
+            prop_assert_eq!(generated.is_ok(), ours.is_ok(), "{:?} / {:?}", generated, ours);
+            if let (Ok(g), Ok(o)) = (generated, ours) {
+                prop_assert_eq!(o.puzzles.len(), 1);
+                prop_assert_eq!(o.puzzles[0].id.as_str(), g.puzzles[0].id.as_str());
+                prop_assert_eq!(strings(&o.puzzles[0].start), g.puzzles[0].start.clone());
+                prop_assert_eq!(strings(&o.puzzles[0].target), g.puzzles[0].target.clone());
+            }
+        }
+
         /// Boards read straight from their inline bytes read as their rows
         /// do: the same puzzle, or the same error.
         #[test]

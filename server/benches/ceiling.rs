@@ -11,9 +11,9 @@
 //! prints the puzzles dispatched and answered per second and the
 //! coordinator's CPU per puzzle (user + system, from `/proc/PID/stat`).
 //!
-//! Then the memory a queued puzzle costs: one session that takes its
-//! credit's worth of tasks and answers none, and `QUEUED` (default
-//! 1,000,000) puzzles admitted behind it, unread; the coordinator's
+//! Then (unless `QUEUED=0`) the memory a queued puzzle costs: one session
+//! that takes its credit's worth of tasks and answers none, and `QUEUED`
+//! (default 1,000,000) puzzles admitted behind it, unread; the coordinator's
 //! resident set before and after, per puzzle, and the growth over the
 //! second half alone (what a queued puzzle adds, without the pages the
 //! allocator keeps from decoding the requests).
@@ -354,6 +354,10 @@ async fn main() {
         println!("| {n} | {speed:.0} | {cpu:.2} us |");
     }
 
+    if queued == 0 {
+        // `QUEUED=0`: the throughput figures alone.
+        return;
+    }
     // Memory per queued puzzle.
     let c = coordinator(&["--max-batches-per-client", "64"]);
     let stop = tokio_util::sync::CancellationToken::new();

@@ -17,11 +17,13 @@
 //!
 //! Results are most of the events, one per puzzle answered, so a result is
 //! retained as the coordinator wrote it ([`egress::PuzzleResult`], side by
-//! side in the ring rather than boxed): recording one copies no text and
-//! allocates nothing (its strings are inline or shared with the result
-//! sent to the client). It becomes a [`v1::ClusterEvent`] only for a
-//! watcher: on the live channel while one is subscribed, and when one
-//! resumes from the retained events.
+//! side in the ring rather than boxed): once the ring is full, recording a
+//! solved result copies no text and allocates nothing (its strings are
+//! inline or shared with the result sent to the client; an error result's
+//! message is copied). Until then the ring grows as any vector does, by
+//! doubling, once in the coordinator's life. A result becomes a
+//! [`v1::ClusterEvent`] only for a watcher: on the live channel while one
+//! is subscribed, and when one resumes from the retained events.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};

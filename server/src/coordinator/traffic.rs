@@ -164,9 +164,9 @@ pub struct TrafficStats {
     answered: Family<Labels, Counter>,
     errors: Counter,
     latency: Histogram,
-    /// The newest result events, formatted only when the dashboard asks
-    /// (a busy coordinator publishes far more than anyone reads).
-    /// The newest solved results, with their times.
+    /// The newest solved results, with their times, formatted only when
+    /// the dashboard asks (a busy coordinator publishes far more than
+    /// anyone reads).
     results: VecDeque<(i64, egress::PuzzleResult)>,
     failures: VecDeque<Recent>,
     times_us: VecDeque<u64>,
