@@ -198,6 +198,16 @@ pub struct Board {
     cells: u32,
 }
 
+/// A byte's colour code (`R=0 B=1 G=2`, as [`Colour`] numbers them), or
+/// `0xff` for a byte that is no colour's letter ([`Board::from_letters`]).
+const LETTER_CODES: [u8; 256] = {
+    let mut codes = [0xff; 256];
+    codes[b'R' as usize] = Colour::Red as u8;
+    codes[b'B' as usize] = Colour::Blue as u8;
+    codes[b'G' as usize] = Colour::Green as u8;
+    codes
+};
+
 impl Board {
     /// A board of one colour.
     pub fn filled(size: Size, colour: Colour) -> Board {
@@ -231,11 +241,15 @@ impl Board {
         if letters.len() != size.cells() {
             return None;
         }
-        let mut cells = 0u32;
+        // Without a branch a letter: a byte's code from a table, where
+        // anything but a colour's letter has the high bit set.
+        let (mut cells, mut seen) = (0u32, 0u8);
         for (i, &b) in letters.iter().enumerate() {
-            cells |= (Colour::from_letter(b)? as u32) << (2 * i);
+            let code = LETTER_CODES[usize::from(b)];
+            seen |= code;
+            cells |= u32::from(code & 3) << (2 * i);
         }
-        Some(Board { size, cells })
+        (seen & 0x80 == 0).then_some(Board { size, cells })
     }
 
     /// Reads rows of letters whose count and length give the size.
