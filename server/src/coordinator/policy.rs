@@ -361,24 +361,28 @@ pub fn weight(size: Size) -> usize {
 /// over a table too large for the processor's caches.)
 pub fn target_shares(targets: impl ExactSizeIterator<Item = Board>, workers: usize) -> Vec<u16> {
     let workers = workers.max(1) as u64;
-    let mut numbers: HashMap<Board, u32> = HashMap::with_capacity(targets.len());
-    let mut counts: Vec<u64> = Vec::new();
-    let mut of_task: Vec<u32> = Vec::with_capacity(targets.len());
+    let n = targets.len();
+    // Every vector sized once (a request's transient memory is kept by
+    // the allocator for the next one).
+    let mut numbers: HashMap<Board, u32> = HashMap::with_capacity(n);
+    let mut counts: Vec<u32> = Vec::with_capacity(n);
+    let mut shares: Vec<u16> = Vec::with_capacity(n);
+    let mut of_task: Vec<u32> = Vec::with_capacity(n);
     for t in targets {
-        let n = *numbers.entry(t).or_insert_with(|| {
+        let number = *numbers.entry(t).or_insert_with(|| {
             counts.push(0);
             (counts.len() - 1) as u32
         });
-        counts[n as usize] += 1;
-        of_task.push(n);
+        let count = &mut counts[number as usize];
+        *count = count.saturating_add(1);
+        of_task.push(number);
     }
-    of_task
-        .into_iter()
-        .map(|n| match counts[n as usize] {
-            count if count > 1 => u16::try_from(count.div_ceil(workers)).unwrap_or(u16::MAX),
-            _ => 0,
-        })
-        .collect()
+    drop(numbers);
+    shares.extend(of_task.iter().map(|&number| match counts[number as usize] {
+        count if count > 1 => u16::try_from(u64::from(count).div_ceil(workers)).unwrap_or(u16::MAX),
+        _ => 0,
+    }));
+    shares
 }
 
 #[cfg(test)]

@@ -92,7 +92,8 @@ impl SolverService {
         let slot = shared.per_client.acquire(&caller.client)?;
         let total = batch.len();
         let mut ready = Vec::new();
-        let mut tasks = Vec::new();
+        // Sized once: most puzzles of a request are tasks.
+        let mut tasks = Vec::with_capacity(total);
         for (index, (id, parsed)) in batch.into_iter().enumerate() {
             let index = index as u64;
             match parsed {
