@@ -480,6 +480,11 @@ mod tests {
             let sent = v1::SolveBatchRequest { puzzles, ordered, priority };
             let bytes = sent.encode_to_vec();
             let read = SolveBatchRequest::decode(bytes.as_slice()).unwrap();
+            for (r, s) in read.puzzles.iter().zip(&sent.puzzles) {
+                // One pass or field by field: the same puzzle, rows in the
+                // same form.
+                prop_assert_eq!(r, &Puzzle::decode(s.encode_to_vec().as_slice()).unwrap());
+            }
             prop_assert_eq!(read.ordered, ordered);
             prop_assert_eq!(read.priority, priority);
             prop_assert_eq!(read.puzzles.len(), sent.puzzles.len());
@@ -560,6 +565,9 @@ mod tests {
             prop_assert_eq!(generated.is_ok(), ours.is_ok(), "{:?} / {:?}", generated, ours);
             if let (Ok(g), Ok(o)) = (generated, ours) {
                 prop_assert_eq!(o.puzzles.len(), 1);
+                // The same form as the field-by-field reading (rows inline
+                // or listed alike), not only the same contents.
+                prop_assert_eq!(&o.puzzles[0], &Puzzle::decode(puzzle.as_slice()).unwrap());
                 prop_assert_eq!(o.puzzles[0].id.as_str(), g.puzzles[0].id.as_str());
                 prop_assert_eq!(strings(&o.puzzles[0].start), g.puzzles[0].start.clone());
                 prop_assert_eq!(strings(&o.puzzles[0].target), g.puzzles[0].target.clone());
