@@ -16,14 +16,18 @@
 //! step of both, and the figures match the sequence numbers.
 //!
 //! Results are most of the events, one per puzzle answered, so a result is
-//! retained as the coordinator wrote it ([`egress::PuzzleResult`], side by
-//! side in the ring rather than boxed): once the ring is full, recording a
-//! solved result copies no text and allocates nothing (its strings are
-//! inline or shared with the result sent to the client; an error result's
-//! message is copied). Until then the ring grows as any vector does, by
-//! doubling, once in the coordinator's life. A result becomes a
-//! [`v1::ClusterEvent`] only for a watcher: on the live channel while one
-//! is subscribed, and when one resumes from the retained events.
+//! retained as the coordinator wrote it ([`egress::PuzzleResult`]): once
+//! the ring is full, recording a solved result copies no text and
+//! allocates nothing (its strings are inline or shared with the result
+//! sent to the client, and it is written into the entry it pushes out; an
+//! error result's message is copied). The ring's entries are boxed, so
+//! that the ring grows by copying pointers: entries inline (about 130
+//! bytes each) were copied, and briefly held twice, each time the ring
+//! doubled on its way to 100,000 (up to 20 MiB; the 2,000,000-puzzle job
+//! test's bound on the coordinator's peak memory caught it, twice). A
+//! result becomes a [`v1::ClusterEvent`] only for a watcher: on the live
+//! channel while one is subscribed, and when one resumes from the
+//! retained events.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -52,7 +56,7 @@ pub struct Gone {
 struct Inner {
     next: u64,
     next_batch: u64,
-    retained: VecDeque<Retained>,
+    retained: VecDeque<Box<Retained>>,
     capacity: usize,
     traffic: TrafficStats,
 }
@@ -212,10 +216,21 @@ impl EventLog {
         if self.live.receiver_count() > 0 {
             let _ = self.live.send(Arc::new(event.to_event()));
         }
-        if inner.retained.len() == inner.capacity {
-            inner.retained.pop_front();
-        }
-        inner.retained.push_back(event);
+        let oldest = if inner.retained.len() == inner.capacity {
+            inner.retained.pop_front()
+        } else {
+            None
+        };
+        let entry = match oldest {
+            // Written over in place (its old contents dropped): no
+            // allocation.
+            Some(mut oldest) => {
+                *oldest = event;
+                oldest
+            }
+            None => Box::new(event),
+        };
+        inner.retained.push_back(entry);
     }
 
     /// Starts a watcher: from `from` (retained events first), or from now.
@@ -263,10 +278,7 @@ impl EventLog {
 
 fn since(inner: &Inner, from: u64) -> Result<Vec<Arc<v1::ClusterEvent>>, Gone> {
     let newest = inner.next - 1;
-    let oldest = inner
-        .retained
-        .front()
-        .map_or(inner.next, Retained::sequence);
+    let oldest = inner.retained.front().map_or(inner.next, |e| e.sequence());
     // `newest + 1` is "the next event": resuming there is just watching.
     if from < oldest || from > newest + 1 {
         return Err(Gone {
