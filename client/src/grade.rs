@@ -21,9 +21,11 @@ use colball_solver::grade::{
 use colball_solver::{Engine, Puzzle};
 use thiserror::Error;
 
+#[cfg(feature = "cluster")]
 use crate::jobs::{self, JobRun};
 use crate::local;
 use crate::progress::Progress;
+#[cfg(feature = "cluster")]
 use crate::remote::{self, ClientError, SolveError};
 
 /// How the report is written.
@@ -39,6 +41,7 @@ pub enum Backend {
     /// In-process, on `threads` threads sharing `engine`.
     Local { threads: usize, engine: Arc<Engine> },
     /// On the cluster whose coordinator is at this URL.
+    #[cfg(feature = "cluster")]
     Remote {
         url: String,
         security: Box<remote::Security>,
@@ -53,6 +56,7 @@ pub enum GradeError {
     /// The puzzle file is unusable: `file:line: what`.
     #[error("{0}")]
     Input(String),
+    #[cfg(feature = "cluster")]
     #[error(transparent)]
     Client(#[from] ClientError),
     #[error(transparent)]
@@ -141,6 +145,7 @@ pub fn run(
                 emit(index, graded)
             })?;
         }
+        #[cfg(feature = "cluster")]
         Backend::Remote { url, security, run } => {
             // The cluster finds each optimum (as a job, riding out broken
             // connections); each answer is judged here, as in-process.

@@ -218,8 +218,7 @@ impl Default for JobRun {
     }
 }
 
-/// `--reconnect-secs`'s default.
-pub const DEFAULT_RECONNECT: Duration = Duration::from_secs(120);
+pub use crate::DEFAULT_RECONNECT;
 
 /// The first wait between two attempts to reconnect; it doubles up to
 /// [`MAX_BACKOFF`].

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use colball_proto::order::InOrder;
+use colball_solver::order::InOrder;
 use colball_solver::{Engine, Method, Puzzle, Solution, Solver};
 
 /// One solved case.

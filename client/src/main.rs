@@ -10,8 +10,10 @@ use std::io;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use colball_client::remote::ClientError;
 
+// Without the `cluster` feature the cluster's arguments are still parsed
+// (a command line means the same in every build), but never read.
+#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
 mod commands;
 
 use commands::{bench, generate, grade, job, solve, watch};
@@ -60,7 +62,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
-        Err(e) if matches!(e.downcast_ref(), Some(ClientError::Interrupted { .. })) => {
+        Err(e) if interrupted(&e) => {
             eprintln!("colball: {e:#}");
             ExitCode::from(130)
         }
@@ -68,6 +70,20 @@ fn main() -> ExitCode {
             eprintln!("colball: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Whether the user stopped a cluster job with Ctrl-C.
+fn interrupted(e: &anyhow::Error) -> bool {
+    #[cfg(feature = "cluster")]
+    {
+        use colball_client::remote::ClientError;
+        matches!(e.downcast_ref(), Some(ClientError::Interrupted { .. }))
+    }
+    #[cfg(not(feature = "cluster"))]
+    {
+        let _ = e;
+        false
     }
 }
 

@@ -23,19 +23,13 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
-/// The environment variable `colball solve` reads the cluster URL from when
-/// `--connect` is not given.
-pub const CONNECT_ENV: &str = "COLBALL_CONNECT";
+pub use crate::{CONNECT_ENV, TOKEN_ENV};
 
 /// Puzzles per request when a batch is larger: keeps each request well
 /// under the message-size limit ([`MAX_MESSAGE_BYTES`]: 20,000 4x4 puzzles
 /// with the longest ids encode to about 6.5 MiB of 16) and the
 /// coordinator's per-request cap (`--max-batch`, 200,000 by default).
 pub const REQUEST_CHUNK: usize = 20_000;
-
-/// The environment variable `colball solve` reads the client token from
-/// when `--token` is not given.
-pub const TOKEN_ENV: &str = "COLBALL_TOKEN";
 
 /// How to reach a coordinator that asks for a token or serves TLS.
 /// `Security::default()`: no token, plaintext.

@@ -19,7 +19,6 @@ pub mod auth;
 pub mod egress;
 pub mod grade;
 pub mod ingest;
-pub mod order;
 pub mod reason;
 pub mod tls;
 pub mod work;

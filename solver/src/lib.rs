@@ -6,7 +6,8 @@
 //! - [`format`]: the classic contest format and JSON Lines;
 //! - [`generate`]: reproducible random puzzles;
 //! - [`grade`]: verdicts on contestants' answers;
-//! - [`verify`]: replaying an answer computed elsewhere (a worker's).
+//! - [`verify`]: replaying an answer computed elsewhere (a worker's);
+//! - [`order`]: results back in input order from completion order.
 //!
 //! This crate has no async runtime, no networking and no CLI: the `colball`
 //! command, the workers and the tests all build on it.
@@ -18,6 +19,7 @@ pub mod format;
 pub mod generate;
 pub mod grade;
 pub mod moves;
+pub mod order;
 pub mod rank;
 pub mod search;
 pub mod symmetry;

@@ -4,10 +4,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::Result;
 use clap::{Args, ValueEnum};
-use colball_client::jobs;
-use colball_client::remote;
+#[cfg(feature = "cluster")]
+use colball_client::{jobs, remote};
 use colball_solver::cache::CacheConfig;
 use colball_solver::{Engine, EngineConfig, Strategy};
 
@@ -21,10 +20,11 @@ pub(crate) struct ClusterJobArgs {
     /// When the connection to the coordinator breaks, how long to keep
     /// trying to reconnect before giving up (0: not at all). The results
     /// go on from where they stopped.
-    #[arg(long, value_name = "SECS", default_value_t = jobs::DEFAULT_RECONNECT.as_secs())]
+    #[arg(long, value_name = "SECS", default_value_t = colball_client::DEFAULT_RECONNECT.as_secs())]
     pub(crate) reconnect_secs: u64,
 }
 
+#[cfg(feature = "cluster")]
 impl ClusterJobArgs {
     pub(crate) fn run(&self) -> jobs::JobRun {
         jobs::JobRun {
@@ -45,6 +45,7 @@ pub(crate) enum PriorityArg {
     Bulk,
 }
 
+#[cfg(feature = "cluster")]
 impl PriorityArg {
     pub(crate) fn wire(p: Option<PriorityArg>) -> Option<colball_proto::v1::Priority> {
         use colball_proto::v1::Priority;
@@ -62,7 +63,7 @@ pub(crate) struct SecurityArgs {
     /// The coordinator's client token (its --client-token), for --connect.
     #[arg(
         long,
-        env = colball_client::remote::TOKEN_ENV,
+        env = colball_client::TOKEN_ENV,
         hide_env_values = true,
         value_name = "TOKEN"
     )]
@@ -86,8 +87,9 @@ pub(crate) struct SecurityArgs {
     pub(crate) tls_domain: Option<String>,
 }
 
+#[cfg(feature = "cluster")]
 impl SecurityArgs {
-    pub(crate) fn security(&self) -> Result<remote::Security> {
+    pub(crate) fn security(&self) -> anyhow::Result<remote::Security> {
         let token = colball_proto::Secret::from_sources(
             self.token.as_deref(),
             self.token_file.as_deref(),

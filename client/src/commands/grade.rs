@@ -27,7 +27,7 @@ pub(crate) struct GradeArgs {
     #[command(flatten)]
     pub(crate) engine: EngineArgs,
     /// Find the optimal answers on a colball cluster at this URL.
-    #[arg(long, env = colball_client::remote::CONNECT_ENV, value_name = "URL")]
+    #[arg(long, env = colball_client::CONNECT_ENV, value_name = "URL")]
     pub(crate) connect: Option<String>,
     #[command(flatten)]
     pub(crate) job: ClusterJobArgs,
@@ -50,11 +50,14 @@ pub(crate) fn grade(args: GradeArgs, quiet: bool) -> Result<ExitCode> {
     let (puzzles, name) = read_input(Some(&args.puzzles))?;
     let (answers, _) = read_input(Some(&args.answers))?;
     let backend = match args.connect {
+        #[cfg(feature = "cluster")]
         Some(url) => Backend::Remote {
             url,
             security: Box::new(args.security.security()?),
             run: args.job.run(),
         },
+        #[cfg(not(feature = "cluster"))]
+        Some(url) => return Err(super::without_cluster(&format!("--connect {url}"))),
         None => {
             let threads = args
                 .threads

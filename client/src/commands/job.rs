@@ -1,19 +1,15 @@
 //! `colball job ...`: durable jobs on a cluster.
 
-use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Args, Subcommand, ValueEnum};
-use colball_client::jobs::{self, Jobs};
-use colball_client::remote::CONNECT_ENV;
-use colball_proto::v1::{self, puzzle_result};
-use colball_solver::format::{Format, classic, jsonl};
-use tokio_stream::StreamExt;
+use colball_client::CONNECT_ENV;
 
 use super::args::{OutputFormat, PriorityArg, SecurityArgs};
-use super::input::read_input;
+#[cfg(feature = "cluster")]
+pub use cluster::run;
 
 #[derive(Args, Debug)]
 pub struct JobArgs {
@@ -86,201 +82,221 @@ enum StatusFormat {
     Json,
 }
 
-pub fn run(args: JobArgs) -> Result<ExitCode> {
-    let url = args
-        .connect
-        .clone()
-        .context("colball job needs the coordinator: --connect URL or COLBALL_CONNECT")?;
-    let security = args.security.security()?;
-    let runtime = colball_client::remote::runtime()?;
-    runtime.block_on(async move {
-        let mut jobs = Jobs::connect(&url, &security).await?;
-        match args.command {
-            JobCommand::Submit {
-                input,
-                priority,
-                name,
-                any_order,
-            } => submit(&mut jobs, input, priority, &name, any_order).await,
-            JobCommand::Status { id, format } => {
-                let job = jobs.get(&id).await?;
-                print_jobs(&[job], format)?;
-                Ok(ExitCode::SUCCESS)
-            }
-            JobCommand::List { format } => {
-                print_jobs(&jobs.list().await?, format)?;
-                Ok(ExitCode::SUCCESS)
-            }
-            JobCommand::Cancel { id } => {
-                let job = jobs.cancel(&id).await?;
-                print_jobs(&[job], StatusFormat::Text)?;
-                Ok(ExitCode::SUCCESS)
-            }
-            JobCommand::Delete { id } => {
-                jobs.delete(&id).await?;
-                eprintln!("colball: job {id} deleted");
-                Ok(ExitCode::SUCCESS)
-            }
-            JobCommand::Results {
-                id,
-                wait,
-                from,
-                moves,
-                output,
-            } => results(&mut jobs, &id, wait, from, moves, output).await,
-        }
-    })
+#[cfg(not(feature = "cluster"))]
+pub fn run(_: JobArgs) -> Result<ExitCode> {
+    Err(super::without_cluster("colball job"))
 }
 
-async fn submit(
-    jobs: &mut Jobs,
-    input: Option<PathBuf>,
-    priority: Option<PriorityArg>,
-    name: &str,
-    any_order: bool,
-) -> Result<ExitCode> {
-    let (bytes, shown) = read_input(input.as_ref())?;
-    let mut puzzles = Vec::new();
-    match Format::detect(&bytes) {
-        Format::Classic => match classic::parse(&bytes) {
-            Ok(cases) => {
-                for (i, case) in cases.into_iter().enumerate() {
-                    puzzles.push(((i + 1).to_string(), case.puzzle));
+/// The commands' work, with the cluster client.
+#[cfg(feature = "cluster")]
+mod cluster {
+    use std::io::{self, BufWriter, Write};
+
+    use anyhow::Context;
+    use colball_client::jobs::{self, Jobs};
+    use colball_proto::v1::{self, puzzle_result};
+    use colball_solver::format::{Format, classic, jsonl};
+    use tokio_stream::StreamExt;
+
+    use super::super::input::read_input;
+    use super::*;
+
+    pub fn run(args: JobArgs) -> Result<ExitCode> {
+        let url = args
+            .connect
+            .clone()
+            .context("colball job needs the coordinator: --connect URL or COLBALL_CONNECT")?;
+        let security = args.security.security()?;
+        let runtime = colball_client::remote::runtime()?;
+        runtime.block_on(async move {
+            let mut jobs = Jobs::connect(&url, &security).await?;
+            match args.command {
+                JobCommand::Submit {
+                    input,
+                    priority,
+                    name,
+                    any_order,
+                } => submit(&mut jobs, input, priority, &name, any_order).await,
+                JobCommand::Status { id, format } => {
+                    let job = jobs.get(&id).await?;
+                    print_jobs(&[job], format)?;
+                    Ok(ExitCode::SUCCESS)
                 }
+                JobCommand::List { format } => {
+                    print_jobs(&jobs.list().await?, format)?;
+                    Ok(ExitCode::SUCCESS)
+                }
+                JobCommand::Cancel { id } => {
+                    let job = jobs.cancel(&id).await?;
+                    print_jobs(&[job], StatusFormat::Text)?;
+                    Ok(ExitCode::SUCCESS)
+                }
+                JobCommand::Delete { id } => {
+                    jobs.delete(&id).await?;
+                    eprintln!("colball: job {id} deleted");
+                    Ok(ExitCode::SUCCESS)
+                }
+                JobCommand::Results {
+                    id,
+                    wait,
+                    from,
+                    moves,
+                    output,
+                } => results(&mut jobs, &id, wait, from, moves, output).await,
             }
-            Err(e) => {
-                eprintln!("colball: {shown}:{}: {}", e.line, e.kind);
-                return Ok(ExitCode::FAILURE);
-            }
-        },
-        Format::Jsonl => {
-            let mut bad = false;
-            for case in jsonl::parse(&bytes) {
-                match case {
-                    Ok(case) => puzzles.push((case.id, case.puzzle)),
-                    Err(e) => {
-                        eprintln!("colball: {shown}:{}: {}", e.line, e.message);
-                        bad = true;
+        })
+    }
+
+    async fn submit(
+        jobs: &mut Jobs,
+        input: Option<PathBuf>,
+        priority: Option<PriorityArg>,
+        name: &str,
+        any_order: bool,
+    ) -> Result<ExitCode> {
+        let (bytes, shown) = read_input(input.as_ref())?;
+        let mut puzzles = Vec::new();
+        match Format::detect(&bytes) {
+            Format::Classic => match classic::parse(&bytes) {
+                Ok(cases) => {
+                    for (i, case) in cases.into_iter().enumerate() {
+                        puzzles.push(((i + 1).to_string(), case.puzzle));
                     }
                 }
-            }
-            if bad {
-                eprintln!("colball: {shown}: not submitted: fix the lines above");
-                return Ok(ExitCode::FAILURE);
+                Err(e) => {
+                    eprintln!("colball: {shown}:{}: {}", e.line, e.kind);
+                    return Ok(ExitCode::FAILURE);
+                }
+            },
+            Format::Jsonl => {
+                let mut bad = false;
+                for case in jsonl::parse(&bytes) {
+                    match case {
+                        Ok(case) => puzzles.push((case.id, case.puzzle)),
+                        Err(e) => {
+                            eprintln!("colball: {shown}:{}: {}", e.line, e.message);
+                            bad = true;
+                        }
+                    }
+                }
+                if bad {
+                    eprintln!("colball: {shown}: not submitted: fix the lines above");
+                    return Ok(ExitCode::FAILURE);
+                }
             }
         }
-    }
-    if puzzles.is_empty() {
-        eprintln!("colball: {shown} holds no puzzle: nothing submitted");
-        return Ok(ExitCode::FAILURE);
-    }
-    let options = v1::JobOptions {
-        priority: PriorityArg::wire(priority).unwrap_or(v1::Priority::Unspecified) as i32,
-        name: name.to_string(),
-        fail_without_workers: false,
-        any_order,
-        key: String::new(),
-        puzzles: 0,
-    };
-    let accepted = jobs.submit_with(&puzzles, options).await?;
-    eprintln!(
-        "colball: job {} stored: {} puzzles",
-        accepted.id, accepted.puzzles
-    );
-    println!("{}", accepted.id);
-    Ok(ExitCode::SUCCESS)
-}
-
-fn print_jobs(list: &[v1::Job], format: StatusFormat) -> Result<()> {
-    let mut out = io::stdout().lock();
-    for job in list {
-        match format {
-            StatusFormat::Text => writeln!(out, "{}", jobs::job_line(job))?,
-            StatusFormat::Json => writeln!(out, "{}", jobs::job_json(job))?,
+        if puzzles.is_empty() {
+            eprintln!("colball: {shown} holds no puzzle: nothing submitted");
+            return Ok(ExitCode::FAILURE);
         }
-    }
-    Ok(())
-}
-
-async fn results(
-    jobs: &mut Jobs,
-    id: &str,
-    wait: bool,
-    from: u64,
-    moves: bool,
-    output: OutputFormat,
-) -> Result<ExitCode> {
-    let any_order = jobs.get(id).await?.any_order;
-    if any_order && matches!(output, OutputFormat::Classic) {
+        let options = v1::JobOptions {
+            priority: PriorityArg::wire(priority).unwrap_or(v1::Priority::Unspecified) as i32,
+            name: name.to_string(),
+            fail_without_workers: false,
+            any_order,
+            key: String::new(),
+            puzzles: 0,
+        };
+        let accepted = jobs.submit_with(&puzzles, options).await?;
         eprintln!(
-            "colball: job {id} takes its results in any order (submitted with --any-order): read them with --output jsonl, where each line names its puzzle"
+            "colball: job {} stored: {} puzzles",
+            accepted.id, accepted.puzzles
         );
-        return Ok(ExitCode::from(2));
+        println!("{}", accepted.id);
+        Ok(ExitCode::SUCCESS)
     }
-    let mut stream = jobs.results(id, from, wait).await?;
-    let mut out = BufWriter::new(io::stdout().lock());
-    let mut errors = 0;
-    let mut next = from;
-    let mut seen = std::collections::HashSet::new();
-    while let Some(r) = stream.next().await {
-        let r = r?;
-        if any_order {
-            anyhow::ensure!(
-                seen.insert(r.index),
-                "the cluster sent result {} twice",
-                r.index
-            );
-        } else {
-            anyhow::ensure!(
-                r.index == next,
-                "the cluster sent result {} when {next} was due",
-                r.index
-            );
+
+    fn print_jobs(list: &[v1::Job], format: StatusFormat) -> Result<()> {
+        let mut out = io::stdout().lock();
+        for job in list {
+            match format {
+                StatusFormat::Text => writeln!(out, "{}", jobs::job_line(job))?,
+                StatusFormat::Json => writeln!(out, "{}", jobs::job_json(job))?,
+            }
         }
-        next += 1;
-        match (&r.outcome, output) {
-            (Some(puzzle_result::Outcome::Solved(s)), OutputFormat::Classic) => {
-                if moves && !s.solution.is_empty() {
-                    writeln!(out, "{} {}", s.moves, s.solution)?;
-                } else {
-                    writeln!(out, "{}", s.moves)?;
+        Ok(())
+    }
+
+    async fn results(
+        jobs: &mut Jobs,
+        id: &str,
+        wait: bool,
+        from: u64,
+        moves: bool,
+        output: OutputFormat,
+    ) -> Result<ExitCode> {
+        let any_order = jobs.get(id).await?.any_order;
+        if any_order && matches!(output, OutputFormat::Classic) {
+            eprintln!(
+                "colball: job {id} takes its results in any order (submitted with --any-order): read them with --output jsonl, where each line names its puzzle"
+            );
+            return Ok(ExitCode::from(2));
+        }
+        let mut stream = jobs.results(id, from, wait).await?;
+        let mut out = BufWriter::new(io::stdout().lock());
+        let mut errors = 0;
+        let mut next = from;
+        let mut seen = std::collections::HashSet::new();
+        while let Some(r) = stream.next().await {
+            let r = r?;
+            if any_order {
+                anyhow::ensure!(
+                    seen.insert(r.index),
+                    "the cluster sent result {} twice",
+                    r.index
+                );
+            } else {
+                anyhow::ensure!(
+                    r.index == next,
+                    "the cluster sent result {} when {next} was due",
+                    r.index
+                );
+            }
+            next += 1;
+            match (&r.outcome, output) {
+                (Some(puzzle_result::Outcome::Solved(s)), OutputFormat::Classic) => {
+                    if moves && !s.solution.is_empty() {
+                        writeln!(out, "{} {}", s.moves, s.solution)?;
+                    } else {
+                        writeln!(out, "{}", s.moves)?;
+                    }
                 }
-            }
-            (Some(puzzle_result::Outcome::Solved(s)), OutputFormat::Jsonl) => {
-                let record = jsonl::SolvedRecord {
-                    id: r.id.clone(),
-                    moves: s.moves,
-                    solution: s.solution.clone(),
-                    strategy: s.strategy.clone(),
-                    time_us: s.time_us,
-                };
-                writeln!(out, "{}", jsonl::to_line(&record))?;
-            }
-            (outcome, format) => {
-                errors += 1;
-                let message = match outcome {
-                    Some(puzzle_result::Outcome::Error(e)) => e.message.clone(),
-                    _ => "no outcome".to_string(),
-                };
-                eprintln!("colball: job {id}, result {}: {message}", r.index);
-                match format {
-                    OutputFormat::Classic => writeln!(out, "error")?,
-                    OutputFormat::Jsonl => {
-                        let record = jsonl::ErrorRecord {
-                            id: Some(r.id.clone()),
-                            line: r.index as usize + 1,
-                            error: message,
-                        };
-                        writeln!(out, "{}", jsonl::to_line(&record))?;
+                (Some(puzzle_result::Outcome::Solved(s)), OutputFormat::Jsonl) => {
+                    let record = jsonl::SolvedRecord {
+                        id: r.id.clone(),
+                        moves: s.moves,
+                        solution: s.solution.clone(),
+                        strategy: s.strategy.clone(),
+                        time_us: s.time_us,
+                    };
+                    writeln!(out, "{}", jsonl::to_line(&record))?;
+                }
+                (outcome, format) => {
+                    errors += 1;
+                    let message = match outcome {
+                        Some(puzzle_result::Outcome::Error(e)) => e.message.clone(),
+                        _ => "no outcome".to_string(),
+                    };
+                    eprintln!("colball: job {id}, result {}: {message}", r.index);
+                    match format {
+                        OutputFormat::Classic => writeln!(out, "error")?,
+                        OutputFormat::Jsonl => {
+                            let record = jsonl::ErrorRecord {
+                                id: Some(r.id.clone()),
+                                line: r.index as usize + 1,
+                                error: message,
+                            };
+                            writeln!(out, "{}", jsonl::to_line(&record))?;
+                        }
                     }
                 }
             }
         }
+        out.flush()?;
+        Ok(if errors > 0 {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        })
     }
-    out.flush()?;
-    Ok(if errors > 0 {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
 }

@@ -10,3 +10,14 @@ pub(crate) mod input;
 pub(crate) mod job;
 pub(crate) mod solve;
 pub(crate) mod watch;
+
+/// The error of a command line that needs the cluster client in a build
+/// without it.
+#[cfg(not(feature = "cluster"))]
+pub(crate) fn without_cluster(what: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{what} needs the cluster client, which this build of colball leaves out \
+         (built with --no-default-features): build it with its default features, \
+         for example `cargo install --path client`"
+    )
+}

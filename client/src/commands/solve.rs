@@ -3,12 +3,14 @@
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
-use colball_client::jobs;
 use colball_client::local::{self, Solved};
-use colball_client::remote;
+use colball_client::progress::Progress;
+#[cfg(feature = "cluster")]
+use colball_client::{jobs, remote};
 use colball_solver::format::{Format, classic, jsonl};
 use colball_solver::{Puzzle, Solution};
 
@@ -36,7 +38,7 @@ pub(crate) struct SolveArgs {
     pub(crate) engine: EngineArgs,
     /// Solve on a colball cluster: the coordinator's URL, for example
     /// `http://127.0.0.1:50051`. The output is the same as in-process.
-    #[arg(long, env = colball_client::remote::CONNECT_ENV, value_name = "URL")]
+    #[arg(long, env = colball_client::CONNECT_ENV, value_name = "URL")]
     pub(crate) connect: Option<String>,
     #[command(flatten)]
     pub(crate) job: ClusterJobArgs,
@@ -101,7 +103,7 @@ pub(crate) fn solve(args: SolveArgs, quiet: bool) -> Result<ExitCode> {
         .map_or_else(local::default_threads, usize::from);
 
     let mut out = BufWriter::new(io::stdout().lock());
-    let progress = colball_client::progress::Progress::new(puzzles.len(), quiet, "solving");
+    let progress = Progress::new(puzzles.len(), quiet, "solving");
     let mut errors = 0usize;
     let mut entries = entries.into_iter().peekable();
     // Writes the error entries that come before the next puzzle.
@@ -122,10 +124,7 @@ pub(crate) fn solve(args: SolveArgs, quiet: bool) -> Result<ExitCode> {
             }
             Ok(())
         };
-    let mut emit = |solution: &Solution,
-                    strategy: &str,
-                    elapsed: std::time::Duration|
-     -> io::Result<()> {
+    let mut emit = |solution: &Solution, strategy: &str, elapsed: Duration| -> io::Result<()> {
         flush_errors(&mut out, &mut entries)?;
         progress.inc();
         let Some(Entry::Puzzle { id }) = entries.next() else {
@@ -143,16 +142,8 @@ pub(crate) fn solve(args: SolveArgs, quiet: bool) -> Result<ExitCode> {
         }
     };
     if let Some(url) = &args.connect {
-        let security = args.security.security()?;
         let named: Vec<(String, Puzzle)> = ids.into_iter().zip(puzzles.iter().copied()).collect();
-        let mut notice = |m: &str| progress.eprintln(&format!("colball: {m}"));
-        jobs::solve_in_order(url, &security, &args.job.run(), &named, &mut notice, |r| {
-            emit(&r.solution, &r.strategy, r.elapsed)
-        })
-        .map_err(|e| match e {
-            remote::SolveError::Output(e) => anyhow::Error::from(e),
-            remote::SolveError::Client(e) => anyhow::Error::from(e),
-        })?;
+        solve_remote(url, &args, &named, &progress, &mut emit)?;
     } else {
         let engine = args.engine.engine(threads);
         local::solve_in_order(&puzzles, threads, &engine, |solved: Solved| {
@@ -166,4 +157,36 @@ pub(crate) fn solve(args: SolveArgs, quiet: bool) -> Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// `--connect URL`: the puzzles solved as a job on the cluster, each result
+/// given to `emit` in input order.
+#[cfg(feature = "cluster")]
+fn solve_remote(
+    url: &str,
+    args: &SolveArgs,
+    named: &[(String, Puzzle)],
+    progress: &Progress,
+    emit: &mut impl FnMut(&Solution, &str, Duration) -> io::Result<()>,
+) -> Result<()> {
+    let security = args.security.security()?;
+    let mut notice = |m: &str| progress.eprintln(&format!("colball: {m}"));
+    jobs::solve_in_order(url, &security, &args.job.run(), named, &mut notice, |r| {
+        emit(&r.solution, &r.strategy, r.elapsed)
+    })
+    .map_err(|e| match e {
+        remote::SolveError::Output(e) => anyhow::Error::from(e),
+        remote::SolveError::Client(e) => anyhow::Error::from(e),
+    })
+}
+
+#[cfg(not(feature = "cluster"))]
+fn solve_remote(
+    url: &str,
+    _: &SolveArgs,
+    _: &[(String, Puzzle)],
+    _: &Progress,
+    _: &mut impl FnMut(&Solution, &str, Duration) -> io::Result<()>,
+) -> Result<()> {
+    Err(super::without_cluster(&format!("--connect {url}")))
 }

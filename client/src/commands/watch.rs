@@ -1,18 +1,16 @@
 //! `colball watch`: a cluster's events, live.
 
-use std::io;
-
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use colball_client::remote;
-use colball_client::watch;
+#[cfg(feature = "cluster")]
+use colball_client::{remote, watch};
 
 use super::args::SecurityArgs;
 
 #[derive(Args, Debug)]
 pub(crate) struct WatchArgs {
     /// The coordinator's URL, for example `http://127.0.0.1:50051`.
-    #[arg(long, env = colball_client::remote::CONNECT_ENV, value_name = "URL")]
+    #[arg(long, env = colball_client::CONNECT_ENV, value_name = "URL")]
     pub(crate) connect: String,
     /// Resume from this event sequence number: events the coordinator
     /// still retains are printed first. Default: only new events.
@@ -37,6 +35,12 @@ pub(crate) enum WatchFormatArg {
     Jsonl,
 }
 
+#[cfg(not(feature = "cluster"))]
+pub(crate) fn run_watch(_: WatchArgs) -> Result<()> {
+    Err(super::without_cluster("colball watch"))
+}
+
+#[cfg(feature = "cluster")]
 pub(crate) fn run_watch(args: WatchArgs) -> Result<()> {
     let options = watch::WatchOptions {
         url: args.connect,
@@ -50,7 +54,7 @@ pub(crate) fn run_watch(args: WatchArgs) -> Result<()> {
         security: args.security.security()?,
     };
     let runtime = remote::runtime()?;
-    let mut out = io::stdout().lock();
+    let mut out = std::io::stdout().lock();
     let mut note = |line: &str| eprintln!("colball watch: {line}");
     match runtime.block_on(watch::watch(&options, &mut out, &mut note)) {
         Err(watch::WatchError::Output(e)) => Err(e.into()),

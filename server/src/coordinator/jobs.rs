@@ -25,9 +25,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use colball_proto::order::InOrder;
 use colball_proto::puzzle_from_wire;
 use colball_proto::{egress, v1};
+use colball_solver::order::InOrder;
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry as KeyEntry;
 use tokio::sync::{broadcast, mpsc, watch};

@@ -2,7 +2,7 @@
 //! coordinator's page while a worker joins and a batch runs, and the test
 //! reads what the page shows through the DevTools protocol.
 //!
-//! Needs Chromium (`apt-get install chromium`; `.ci/run` installs it), or
+//! Needs Chromium (`apt-get install chromium`; `scripts/test` installs it), or
 //! the browser named by `COLBALL_CHROMIUM`.
 
 use std::io::{BufRead, BufReader};
@@ -38,7 +38,7 @@ impl Chromium {
                 .find(|p| Command::new(p).arg("--version").output().is_ok())
                 .expect(
                     "the dashboard test needs Chromium: `apt-get install chromium` \
-                     (.ci/run does), or set COLBALL_CHROMIUM to a browser binary",
+                     (scripts/test does), or set COLBALL_CHROMIUM to a browser binary",
                 )
                 .to_string()
         });

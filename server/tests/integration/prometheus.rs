@@ -5,7 +5,7 @@
 //! the alerting rules read is served.
 //!
 //! Needs Debian's `prometheus` package (`promtool` and `prometheus`), which
-//! `.ci/run` installs when `promtool` is missing.
+//! `scripts/test` installs when `promtool` is missing.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
@@ -92,7 +92,7 @@ fn promtool_check(body: &str) -> (bool, String) {
         .spawn()
         .expect(
             "this test needs promtool: `apt-get install --no-install-recommends prometheus` \
-             (.ci/run does)",
+             (scripts/test does)",
         );
     child
         .stdin
@@ -281,7 +281,7 @@ impl PrometheusServer {
             .spawn()
             .expect(
                 "this test needs the Prometheus server: `apt-get install \
-                 --no-install-recommends prometheus` (.ci/run does)",
+                 --no-install-recommends prometheus` (scripts/test does)",
             );
         let stderr = child.stderr.take().unwrap();
         let mut server = PrometheusServer {

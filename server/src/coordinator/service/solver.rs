@@ -5,9 +5,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use colball_proto::ingest::{self, solver_server::Solver};
-use colball_proto::order::InOrder;
 use colball_proto::{PuzzleText, batch_from_wire};
 use colball_proto::{egress, v1};
+use colball_solver::order::InOrder;
 use ecow::EcoString;
 use tokio::sync::mpsc;
 use tokio_stream::Stream;

