@@ -18,11 +18,13 @@ tools_apt_install() {
         $sudo apt-get update -qq
         tools_apt_updated=1
     fi
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
+    $sudo env DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes \
+        apt-get install -y -qq "$@" >/dev/null
 }
 
 # need_command COMMAND "PACKAGE [APT OPTIONS]" WHY: installs the Debian
-# package when COMMAND is not on the PATH.
+# package when COMMAND is not on the PATH (apt-get takes its options after
+# the package's name too).
 need_command() {
     local command=$1 package=$2 why=$3
     if ! command -v "$command" >/dev/null 2>&1; then

@@ -9,7 +9,7 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-use colball_testkit::mutate;
+use colball_mutate as mutate;
 
 use std::path::PathBuf;
 

@@ -9,14 +9,12 @@
 //! - [`pki`]: throwaway certificates for the TLS tests.
 //! - [`load`]: the load run (the `load` example and its test), with the
 //!   `load` feature.
-//! - [`mutate`]: byte mutations for the decoders' fuzz tests.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test support: a failure is a failed test
 
 mod cluster;
 #[cfg(feature = "load")]
 pub mod load;
-pub mod mutate;
 pub mod pki;
 pub mod procs;
 pub mod proxy;

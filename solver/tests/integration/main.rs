@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-use colball_testkit::mutate;
+use colball_mutate as mutate;
 
 mod examples;
 mod oracle;

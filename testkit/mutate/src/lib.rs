@@ -1,6 +1,8 @@
 //! Seed corpora and their mutations, shared by the fuzz-style property
-//! tests of the parsers (`integration/parse_fuzz.rs`) and of the wire conversions
-//! (`proto/tests/wire_fuzz.rs`, which includes this file by path).
+//! tests of the parsers (`solver/tests/integration/parse_fuzz.rs`) and of
+//! the wire conversions (`proto/tests/wire_fuzz.rs`). A dev-dependency only.
+
+#![allow(clippy::unwrap_used)] // test support: a failure is a failed test
 
 use proptest::prelude::*;
 
