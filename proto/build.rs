@@ -32,12 +32,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A result's path is read as a slice of the message's buffer (`Bytes`),
     // not copied into a vector of its own: one allocation less per result
     // on the coordinator.
+    // Without the `grpc` feature, the messages alone (no tonic in them).
+    let grpc = std::env::var_os("CARGO_FEATURE_GRPC").is_some();
     tonic_prost_build::configure()
+        .build_client(grpc)
+        .build_server(grpc)
         .bytes(".colball.v1.TaskSolved.path")
         .compile_fds(fds)?;
-    tonic_build::manual::Builder::new()
-        .build_client(false)
-        .compile(&[ingest_solver()]);
+    if grpc {
+        tonic_build::manual::Builder::new()
+            .build_client(false)
+            .compile(&[ingest_solver()]);
+    }
     Ok(())
 }
 

@@ -15,14 +15,18 @@ use colball_solver::{Board, Puzzle};
 use ecow::EcoString;
 use thiserror::Error;
 
+#[cfg(feature = "grpc")]
 pub mod auth;
 pub mod egress;
 pub mod grade;
 pub mod ingest;
+#[cfg(feature = "grpc")]
 pub mod reason;
+#[cfg(feature = "grpc")]
 pub mod tls;
 pub mod work;
 
+#[cfg(feature = "grpc")]
 pub use auth::Secret;
 /// The protobuf runtime the messages are generated for (to encode and
 /// decode them without depending on prost separately).
@@ -32,7 +36,7 @@ pub use prost;
 #[allow(missing_docs, missing_debug_implementations, unused_qualifications)]
 #[allow(clippy::all, clippy::pedantic)]
 pub mod v1 {
-    tonic::include_proto!("colball.v1");
+    include!(concat!(env!("OUT_DIR"), "/colball.v1.rs"));
 }
 
 /// The encoded `FileDescriptorSet` of every colball `.proto` file, for gRPC

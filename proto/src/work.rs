@@ -113,6 +113,24 @@ pub fn check_path(size: Size, bytes: &[u8]) -> Result<(), BadMove> {
     }
 }
 
+/// A worker's answer as protocol 2 carries it: the count `moves` and the
+/// moves written as `solution` in the project's notation, on a board of
+/// `size` (what a scripted worker or a test sends). A token that is not a
+/// move of the board becomes a byte that is not one either, so a test can
+/// send lies of every kind.
+pub fn outcome_from_notation(size: Size, moves: i64, solution: &str) -> v1::task_result::Outcome {
+    let path: Vec<u8> = solution
+        .split_whitespace()
+        .map(|t| Move::parse(t).map_or(u8::MAX, |m| path_to_wire(size, &[m])[0]))
+        .collect();
+    v1::task_result::Outcome::Solved(v1::TaskSolved {
+        moves,
+        path: path.into(),
+        method: v1::Method::Bidir as i32,
+        time_us: 1,
+    })
+}
+
 /// The wire form of what answered a task.
 pub fn method_to_wire(method: Method) -> v1::Method {
     match method {

@@ -3,8 +3,7 @@
 //! Messages that reach clients say what was wrong and what to do; details
 //! for operators go to the logs where the error is raised.
 
-use std::time::Duration;
-
+use colball_core::{AdmitError, NoWorkers, Refused, RegisterError, RequestFailure, SHUTTING_DOWN};
 use colball_proto::{InvalidBatch, InvalidPuzzle};
 use thiserror::Error;
 use tonic::{Code, Status};
@@ -18,39 +17,25 @@ pub enum ServerError {
     InvalidBatch(#[from] InvalidBatch),
     #[error("field puzzle: the request holds no puzzle")]
     MissingPuzzle,
-    #[error(
-        "batch of {batch} puzzles rejected: the coordinator holds {pending} puzzles and admits at most {limit} (--max-pending); retry later or send smaller batches"
-    )]
-    Overloaded {
-        batch: usize,
-        pending: usize,
-        limit: usize,
-    },
+    #[error(transparent)]
+    Admit(#[from] AdmitError),
     #[error(
         "batch of {batch} puzzles exceeds the limit of {limit} puzzles per request (--max-batch); split it"
     )]
     BatchTooLarge { batch: usize, limit: usize },
     #[error(
-        "puzzle index {index} is past {max}, the most a pending task keeps (a batch holds at most 1,000,000 puzzles, a job at most --max-job-puzzles)"
-    )]
-    IndexTooLarge { index: u64, max: u32 },
-    #[error(
         "client {peer} already has {limit} requests in flight, the limit per client (--max-batches-per-client); wait for one to finish"
     )]
     TooManyBatches { peer: String, limit: usize },
-    #[error(
-        "{} (waited {}s); start one with `colball-server worker --coordinator URL`",
-        if *.ever { "no worker is connected: every worker that joined has left or was lost" } else { "no worker has joined the cluster" },
-        tenths(*.waited)
-    )]
-    NoWorkers { waited: Duration, ever: bool },
+    #[error(transparent)]
+    NoWorkers(#[from] NoWorkers),
     #[error("{0}")]
-    Register(#[from] crate::coordinator::state::RegisterError),
+    Register(#[from] RegisterError),
     #[error("field priority: {0} names no priority class (1 interactive, 2 normal, 3 bulk)")]
     BadPriority(i32),
     #[error("the deadline passed before every result arrived")]
     DeadlineExceeded,
-    #[error("the coordinator is shutting down")]
+    #[error("{}", SHUTTING_DOWN)]
     ShuttingDown,
     #[error(
         "worker protocol version {worker} is not supported: this coordinator speaks version {coordinator}; run matching colball-server versions"
@@ -68,15 +53,10 @@ impl From<ServerError> for Status {
             | ServerError::MissingPuzzle
             | ServerError::BadSession(_)
             | ServerError::BadPriority(_) => Code::InvalidArgument,
-            ServerError::Register(crate::coordinator::state::RegisterError::Slots { .. }) => {
-                Code::InvalidArgument
-            }
-            ServerError::Register(crate::coordinator::state::RegisterError::Quarantined {
-                ..
-            }) => Code::PermissionDenied,
-            ServerError::Overloaded { .. }
+            ServerError::Register(RegisterError::Slots { .. }) => Code::InvalidArgument,
+            ServerError::Register(RegisterError::Quarantined { .. }) => Code::PermissionDenied,
+            ServerError::Admit(_)
             | ServerError::BatchTooLarge { .. }
-            | ServerError::IndexTooLarge { .. }
             | ServerError::TooManyBatches { .. } => Code::ResourceExhausted,
             ServerError::NoWorkers { .. } | ServerError::ShuttingDown => Code::Unavailable,
             ServerError::DeadlineExceeded => Code::DeadlineExceeded,
@@ -89,8 +69,20 @@ impl From<ServerError> for Status {
     }
 }
 
-/// Seconds to a tenth, without a trailing `.0`: `1`, `10.2`.
-fn tenths(d: Duration) -> String {
-    let text = format!("{:.1}", d.as_secs_f64());
-    text.strip_suffix(".0").map_or(text.clone(), str::to_string)
+impl From<Refused> for ServerError {
+    fn from(r: Refused) -> ServerError {
+        match r {
+            Refused::Admit(e) => ServerError::Admit(e),
+            Refused::Register(e) => ServerError::Register(e),
+        }
+    }
+}
+
+impl From<RequestFailure> for ServerError {
+    fn from(f: RequestFailure) -> ServerError {
+        match f {
+            RequestFailure::NoWorkers(n) => ServerError::NoWorkers(n),
+            RequestFailure::ShuttingDown => ServerError::ShuttingDown,
+        }
+    }
 }

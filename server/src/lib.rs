@@ -1,10 +1,10 @@
 //! The colball cluster: a [`coordinator`] that spreads puzzle batches over
 //! [`worker`] processes over gRPC, with results streaming back to clients.
 //!
-//! - [`coordinator`]: the scheduler's state machine
-//!   (`coordinator::state`) and policies (`coordinator::policy`), its
-//!   async driver, durable jobs, and the gRPC services (client-facing
-//!   `Solver` and `Jobs`, worker-facing `Workers`);
+//! - [`coordinator`]: the async driver of the scheduler's state machine
+//!   (the `colball-core` crate, with its policies), durable jobs, and the
+//!   gRPC services (client-facing `Solver` and `Jobs`, worker-facing
+//!   `Workers`);
 //! - [`worker`]: dials the coordinator, solves on a dedicated thread pool;
 //! - [`auth`]: optional client and worker tokens (tonic interceptors);
 //! - [`cache`]: the bounded result cache both use;

@@ -165,28 +165,3 @@ impl Drop for LocalCluster {
         self.shutdown.cancel();
     }
 }
-
-/// A worker's answer as protocol 2 carries it: the count `moves` and the
-/// moves written as `solution` in the project's notation, on a board of
-/// `size`. A token that is not a move of the board becomes a byte that is
-/// not one either, so tests can send lies of every kind.
-pub fn worker_answer(
-    size: colball_solver::Size,
-    moves: i64,
-    solution: &str,
-) -> colball_proto::v1::task_result::Outcome {
-    let path: Vec<u8> = solution
-        .split_whitespace()
-        .map(|t| {
-            colball_solver::Move::parse(t).map_or(u8::MAX, |m| {
-                colball_proto::work::path_to_wire(size, &[m])[0]
-            })
-        })
-        .collect();
-    colball_proto::v1::task_result::Outcome::Solved(colball_proto::v1::TaskSolved {
-        moves,
-        path: path.into(),
-        method: colball_proto::v1::Method::Bidir as i32,
-        time_us: 1,
-    })
-}

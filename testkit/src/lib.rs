@@ -2,7 +2,7 @@
 //! crates take it as a dev-dependency only.
 //!
 //! - [`LocalCluster`]: a coordinator on `127.0.0.1:0` and in-process
-//!   workers, stopped when dropped; [`worker_answer`] for scripted workers.
+//!   workers, stopped when dropped.
 //! - [`procs`]: real `colball-server` processes (each stopped by its own
 //!   PID), their metrics and their memory.
 //! - [`proxy`]: a TCP proxy on loopback whose connections can be cut.
@@ -19,4 +19,4 @@ pub mod pki;
 pub mod procs;
 pub mod proxy;
 
-pub use cluster::{LocalCluster, worker_answer};
+pub use cluster::LocalCluster;

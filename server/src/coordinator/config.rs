@@ -8,10 +8,10 @@ use std::time::Duration;
 use colball_proto::Secret;
 
 use super::events;
-use super::policy::Credit;
-use super::state::{self, Limits};
 #[cfg(test)]
 use super::{Shared, StartError};
+use colball_core::policy::Credit;
+use colball_core::{Limits, MAX_ATTEMPTS};
 
 /// Coordinator settings. `Config::default()` suits one machine.
 #[derive(Clone, Debug)]
@@ -189,15 +189,11 @@ impl Config {
                 ),
             );
         }
-        if !(1..=state::MAX_ATTEMPTS).contains(&self.max_attempts) {
+        if !(1..=MAX_ATTEMPTS).contains(&self.max_attempts) {
             return bad(
                 "max_attempts",
                 "--max-attempts",
-                format!(
-                    "must be 1 to {}, not {}",
-                    state::MAX_ATTEMPTS,
-                    self.max_attempts
-                ),
+                format!("must be 1 to {}, not {}", MAX_ATTEMPTS, self.max_attempts),
             );
         }
         if self.heartbeat_interval < Duration::from_millis(10) {

@@ -35,11 +35,11 @@ use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
+use super::admission::{Caller, Next, Parsed, Terms};
 use super::events::BatchEvents;
-use super::policy::Priority;
-use super::state::{NewTask, RequestSpec};
 use super::{Shared, events};
 use crate::store::{Entry, JobFlags, JobRow, JobState, Store, StoreError};
+use colball_core::{NewTask, Priority};
 
 /// Puzzles of one job admitted to the scheduler at a time.
 pub const WINDOW: usize = 8192;
@@ -340,7 +340,11 @@ async fn feed(shared: Arc<Shared>, seq: i64, cancel: CancellationToken) {
         &priority.to_string(),
         &row.owner,
     );
-    let outcome = run_job(&shared, &row, priority, &cancel, &mut events).await;
+    let caller = Caller {
+        client: row.owner.clone(),
+        priority,
+    };
+    let outcome = run_job(&shared, &row, &caller, &cancel, &mut events).await;
     events.finish(&outcome);
 }
 
@@ -348,7 +352,7 @@ async fn feed(shared: Arc<Shared>, seq: i64, cancel: CancellationToken) {
 async fn run_job(
     shared: &Arc<Shared>,
     row: &JobRow,
-    priority: Priority,
+    caller: &Caller,
     cancel: &CancellationToken,
     events: &mut BatchEvents,
 ) -> String {
@@ -414,7 +418,7 @@ async fn run_job(
             })
             .collect();
         let n = tasks.len() as u64;
-        let outcome = run_window(shared, seq, &row.owner, priority, tasks, cancel, events).await;
+        let outcome = run_window(shared, seq, caller, tasks, cancel, events).await;
         // Whether the job is sealed now: the window may have waited out
         // the grace period while the upload ended.
         let sealed = upload.borrow().sealed;
@@ -461,70 +465,50 @@ async fn run_job(
     "complete".to_string()
 }
 
-/// Admits one window as a request and sends its results to the writer.
-/// `Err` when the request failed as a whole (no worker, shutdown, no
-/// room).
+/// Admits one window as a request of the job's owner and sends its
+/// results to the writer. `Err` when the request failed as a whole (no
+/// worker, shutdown, no room).
 async fn run_window(
     shared: &Arc<Shared>,
     job: i64,
-    owner: &str,
-    priority: Priority,
+    caller: &Caller,
     tasks: Vec<NewTask>,
     cancel: &CancellationToken,
     events: &mut BatchEvents,
 ) -> Result<(), Status> {
-    let mut to_solve = Vec::with_capacity(tasks.len());
-    for t in tasks {
-        match shared.cache.get(&t.puzzle) {
-            Some(a) => {
-                let result = a.to_result(&t.id, t.index);
-                events.result(&result);
-                let _ = shared.writer.send((job, result));
-            }
-            None => to_solve.push(t),
-        }
-    }
-    if to_solve.is_empty() {
-        return Ok(());
-    }
-    let n = to_solve.len();
-    let spec = RequestSpec {
-        client: owner.to_string(),
-        priority,
-        total: n,
+    let batch = tasks
+        .into_iter()
+        .map(|t| Parsed {
+            index: t.index,
+            id: t.id,
+            puzzle: Ok(t.puzzle),
+        })
+        .collect();
+    let terms = Terms {
+        rpc: None,
+        ordered: false,
+        deadline: None,
     };
-    let (mut stream, late) = shared.admit_request(spec, to_solve).map_err(|e| {
+    let mut admitted = shared.admit(batch, caller, terms).await.map_err(|e| {
         tracing::warn!(error = %e, "job window not admitted");
         Status::from(e)
     })?;
-    let mut got = late.len();
-    stream.sent(late.len());
-    events.results(&late);
-    for result in late {
-        let _ = shared.writer.send((job, result));
-    }
-    let mut arrived = Vec::new();
-    let mut results = Vec::new();
-    while got < n {
-        let more = tokio::select! {
-            more = stream.next_batch(&mut arrived) => more,
+    loop {
+        let next = tokio::select! {
+            next = admitted.next() => next,
             () = cancel.cancelled() => return Ok(()),
         };
-        if !more {
-            return Err(Status::unavailable("the window's stream ended early"));
-        }
-        let failure = super::take_results(&mut arrived, &mut results);
-        got += results.len();
-        stream.sent(results.len());
-        events.results(&results);
-        for result in results.drain(..) {
-            let _ = shared.writer.send((job, result));
-        }
-        if let Some(status) = failure {
-            return Err(status);
+        match next {
+            Next::Results(results) => {
+                events.results(&results);
+                for result in results {
+                    let _ = shared.writer.send((job, result));
+                }
+            }
+            Next::Failed(e) => return Err(e.into()),
+            Next::Done => return Ok(()),
         }
     }
-    Ok(())
 }
 
 /// Stores a job of `client` from chunks of puzzles and starts it; the

@@ -3,11 +3,11 @@
 //!
 //! Where things live:
 //!
-//! - [`state`]: the scheduling core, a pure state machine over requests,
-//!   tasks and workers (its task table in `tasks`);
-//! - [`policy`]: the scheduler's policies (fair queue, credit, audits,
-//!   quarantine), each apart from the bookkeeping;
-//! - this module: the thin async driver, [`Shared`];
+//! - `colball_core`: the scheduling core, a pure state machine over
+//!   requests, tasks and workers, with its policies (a crate of its own);
+//! - this module: the thin async driver, [`Shared`], which gives the state
+//!   its inputs and carries out its effects;
+//! - `admission`: the one road every request takes into the state;
 //! - `service`: the gRPC services (`Solver`, `Grade`, `Jobs`,
 //!   `Workers`, health, reflection) and [`serve`];
 //! - [`jobs`]: durable jobs run over the [store](crate::store);
@@ -16,17 +16,18 @@
 //!   setting and its check.
 //!
 //! Every call into the state happens under one mutex and returns
-//! [`state::Effect`]s, which [`Shared::apply`] carries out after the lock
+//! [`Effect`]s, which [`Shared::apply`] carries out after the lock
 //! is released: messages to workers' session streams, results to requests'
 //! streams, events to the log, answers to the result cache.
 //!
-//! A request is parsed (bad puzzles become error results at once),
-//! answered from the result cache where possible, and the rest admitted
-//! into the state. Its stream ([`RequestStream`]) reads results as they are
-//! delivered and tells the state how far its client has read (so a client
-//! that stops reading stops its work, and unread results count against
-//! `--max-pending`); when the client goes away or its deadline passes,
-//! dropping the stream ends the request and cancels its remaining work.
+//! Every request, a job's windows included, takes one road in:
+//! `admission` reads it (bad puzzles become error results at once),
+//! answers it from the result cache where possible, and admits the rest
+//! into the state. Reading its results tells the state how far its client
+//! has read (so a client that stops reading stops its work, and unread
+//! results count against `--max-pending`); when the client goes away or
+//! its deadline passes, dropping the request ends it and cancels its
+//! remaining work.
 //!
 //! Workers are lost when their stream breaks, after `missed_heartbeats`
 //! heartbeat intervals of silence, or when they hold a task past the task
@@ -34,21 +35,18 @@
 //! `max_attempts` dispatches per task). A worker whose answer fails the
 //! replay check is quarantined.
 
+mod admission;
 pub mod config;
 pub mod events;
 pub mod jobs;
 pub mod per_client;
-pub mod policy;
 mod service;
-pub mod state;
-mod tasks;
 pub mod traffic;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use colball_proto::egress;
 use colball_proto::v1::{self, coordinator_message};
 use dashmap::DashMap;
 use tokio::sync::{mpsc, watch};
@@ -60,15 +58,13 @@ use tracing::Instrument;
 use crate::auth::{self, TokenSet};
 use crate::cache::ResultCache;
 use crate::error::ServerError;
+use colball_core::{Effect, Effects, Input, LossReason, Refused, Snapshot, State};
 pub use config::{Config, ConfigError};
 use events::EventLog;
 use per_client::PerClient;
 pub use service::{RunError, run, serve};
-use state::{Effect, Effects, LossReason, NewTask, RequestSpec, Snapshot, State};
 use traffic::Traffic;
 
-/// What a request's stream receives: a result, or the status that ends it.
-pub type BatchEvent = Result<egress::PuzzleResult, Status>;
 /// What a worker's session stream sends.
 type WorkerTx = mpsc::UnboundedSender<Result<v1::CoordinatorMessage, Status>>;
 
@@ -96,7 +92,7 @@ pub struct Shared {
     /// Numbers for workers, apart, so that worker names read `w1#1`,
     /// `w2#2` in joining order.
     next_worker: AtomicU64,
-    outboxes: DashMap<u64, mpsc::UnboundedSender<BatchEvent>, foldhash::fast::RandomState>,
+    outboxes: DashMap<u64, mpsc::UnboundedSender<admission::Delivery>, foldhash::fast::RandomState>,
     links: DashMap<u64, Link, foldhash::fast::RandomState>,
     /// The job store, the jobs running now, and the store's writer.
     store: Arc<crate::store::Store>,
@@ -184,12 +180,15 @@ impl Shared {
         self.tasks.len()
     }
 
-    /// Runs one operation on the state and applies its effects after the
-    /// lock is released.
-    fn run<T>(&self, op: impl FnOnce(&mut State) -> (T, Effects)) -> T {
-        let (value, effects, workers) = {
+    /// Gives the state one input, now, and carries out its effects after
+    /// the lock is released; an admission or a registration may be refused.
+    fn handle(&self, input: Input<'_>) -> Result<(), Refused> {
+        let (refused, effects, workers) = {
             let mut state = self.state();
-            let (value, effects) = op(&mut state);
+            let (refused, effects) = match state.handle(input, Instant::now()) {
+                Ok(effects) => (None, effects),
+                Err(refused) => (Some(refused), Vec::new()),
+            };
             // Answers reach the cache before the lock is let go: a puzzle
             // is then always pending, cached or not yet seen by the state,
             // and an admission that finds it neither pending nor cached
@@ -205,13 +204,22 @@ impl Shared {
                     other => Some(other),
                 })
                 .collect();
-            (value, effects, state.worker_count())
+            (refused, effects, state.worker_count())
         };
         self.apply(effects);
         if *self.workers.borrow() != workers {
             self.workers.send_replace(workers);
         }
-        value
+        refused.map_or(Ok(()), Err)
+    }
+
+    /// [`Self::handle`] for the inputs the state never refuses (all but
+    /// admissions and registrations).
+    fn tell(&self, input: Input<'_>) {
+        if let Err(refused) = self.handle(input) {
+            debug_assert!(false, "refused: {refused}");
+            tracing::error!(error = %refused, "the state refused an input it always takes");
+        }
     }
 
     /// Carries out the state's effects.
@@ -241,7 +249,7 @@ impl Shared {
                 }
                 Effect::Fail { request, failure } => {
                     if let Some(tx) = self.outboxes.get(&request) {
-                        let _ = tx.send(Err(ServerError::from(failure).into()));
+                        let _ = tx.send(Err(ServerError::from(failure)));
                     }
                 }
                 Effect::Publish(mut kind) => {
@@ -251,8 +259,8 @@ impl Shared {
                     }
                     self.events.publish(kind);
                 }
-                // (`run` applies these under the lock; any other caller's
-                // here.)
+                // (`handle` applies these under the lock; any other
+                // caller's here.)
                 Effect::Cache { puzzle, answer } => self.cache.insert(puzzle, answer),
                 Effect::Evict { worker } => {
                     let n = self.cache.evict_worker(&worker);
@@ -336,139 +344,6 @@ async fn housekeeping(shared: Arc<Shared>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        shared.run(|s| ((), s.tick(Instant::now())));
+        shared.tell(Input::Tick);
     }
-}
-/// The results of one admitted request as they are delivered. Reading
-/// tells the state how far the client got (so it can hold back the work of
-/// a client that does not read); dropping it ends the request, cancelling
-/// what is left of its work.
-struct RequestStream {
-    shared: Arc<Shared>,
-    id: u64,
-    rx: mpsc::UnboundedReceiver<BatchEvent>,
-    buffer: std::collections::VecDeque<BatchEvent>,
-    /// Results taken from the channel (answered-at-once ones included), and
-    /// results passed on to the client.
-    received: usize,
-    sent: usize,
-    acked: (usize, usize),
-}
-
-impl RequestStream {
-    /// The next result, or `None` when the coordinator dropped the request
-    /// (shutting down).
-    async fn next(&mut self) -> Option<BatchEvent> {
-        if let Some(event) = self.buffer.pop_front() {
-            return Some(event);
-        }
-        self.ack();
-        let mut batch = Vec::new();
-        if self.rx.recv_many(&mut batch, 256).await == 0 {
-            return None;
-        }
-        self.received += batch.len();
-        self.buffer.extend(batch);
-        self.buffer.pop_front()
-    }
-
-    /// Every result that has arrived, at least one (waiting for it), into
-    /// `out`; `false` when the coordinator dropped the request.
-    async fn next_batch(&mut self, out: &mut Vec<BatchEvent>) -> bool {
-        if self.buffer.is_empty() {
-            self.ack();
-            let got = self.rx.recv_many(out, 1024).await;
-            self.received += got;
-            return got > 0;
-        }
-        out.extend(self.buffer.drain(..));
-        true
-    }
-
-    /// Counts results passed on to the client.
-    fn sent(&mut self, n: usize) {
-        self.sent += n;
-    }
-
-    fn ack(&mut self) {
-        if self.acked != (self.received, self.sent) {
-            self.acked = (self.received, self.sent);
-            let (id, received, sent) = (self.id, self.received, self.sent);
-            self.shared
-                .run(|s| ((), s.ack(id, received, sent, Instant::now())));
-        }
-    }
-}
-
-impl Drop for RequestStream {
-    fn drop(&mut self) {
-        let id = self.id;
-        self.shared.run(|s| ((), s.end_request(id, Instant::now())));
-        self.shared.outboxes.remove(&id);
-    }
-}
-impl Shared {
-    /// Admits a request into the state: its results arrive on the stream
-    /// returned (which ends the request when dropped), except those of
-    /// tasks solved since the caller looked in the result cache, which are
-    /// returned beside it (counted as received).
-    fn admit_request(
-        self: &Arc<Self>,
-        spec: RequestSpec,
-        tasks: Vec<NewTask>,
-    ) -> Result<(RequestStream, Vec<egress::PuzzleResult>), ServerError> {
-        let id = self.fresh_id();
-        let (tx, rx) = mpsc::unbounded_channel();
-        // The outbox exists before the state can deliver to it.
-        self.outboxes.insert(id, tx);
-        let cache = &self.cache;
-        let admitted = self.run(|s| {
-            // A puzzle solved between the caller's look in the cache and
-            // this lock is in the cache now (see `run`): solve it once.
-            let on = cache.is_on();
-            let known = |t: &NewTask| {
-                if !on {
-                    return None;
-                }
-                let answer = cache.recheck(&t.puzzle)?;
-                Some(answer.to_result(&t.id, t.index))
-            };
-            match s.admit_known(id, spec, tasks, Instant::now(), known) {
-                Ok((effects, late)) => (Ok(late), effects),
-                Err(e) => (Err(e), Vec::new()),
-            }
-        });
-        let late = match admitted {
-            Ok(late) => late,
-            Err(e) => {
-                self.outboxes.remove(&id);
-                return Err(e);
-            }
-        };
-        let stream = RequestStream {
-            shared: self.clone(),
-            id,
-            rx,
-            buffer: Default::default(),
-            received: late.len(),
-            sent: 0,
-            acked: (0, 0),
-        };
-        Ok((stream, late))
-    }
-}
-/// Moves the results that arrived together from `arrived` to `results`,
-/// up to the first failure, which it returns (what follows a failure is
-/// dropped: the request ends there).
-fn take_results(
-    arrived: &mut Vec<BatchEvent>,
-    results: &mut Vec<egress::PuzzleResult>,
-) -> Option<Status> {
-    for event in arrived.drain(..) {
-        match event {
-            Ok(result) => results.push(result),
-            Err(status) => return Some(status),
-        }
-    }
-    None
 }

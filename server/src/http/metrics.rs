@@ -30,9 +30,9 @@ use prometheus_client::registry::Registry;
 
 use super::process;
 use crate::coordinator::Shared;
-use crate::coordinator::policy::Priority;
-use crate::coordinator::state::{REJECT_LABELS, WorkerView};
 use crate::coordinator::traffic::{Labels, TrafficMetrics, label};
+use colball_core::Priority;
+use colball_core::{REJECT_LABELS, WorkerView};
 
 /// The two text formats `/metrics` speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -40,8 +40,8 @@ use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::coordinator::Shared;
-use crate::coordinator::state::WorkerView;
 use crate::coordinator::traffic::{History, MovesCount, Recent};
+use colball_core::WorkerView;
 use metrics::{Metrics, MetricsFormat};
 
 /// How often the dashboard's stream sends a status.

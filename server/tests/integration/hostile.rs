@@ -8,11 +8,11 @@ use std::time::Duration;
 use crate::common::{FakeWorker, mixed, quick};
 use colball_client::remote::Client;
 use colball_proto::v1::{self, coordinator_message, worker_message};
+use colball_proto::work::outcome_from_notation as worker_answer;
 use colball_proto::work::task_puzzle;
 use colball_server::coordinator::Config;
 use colball_solver::{BidirSearch, Puzzle};
 use colball_testkit::LocalCluster;
-use colball_testkit::worker_answer;
 use tokio_stream::StreamExt;
 use tonic::Code;
 

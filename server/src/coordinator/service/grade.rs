@@ -1,6 +1,7 @@
 //! The Grade RPC: contestants' answers judged against the optimal ones.
 //!
-//! The puzzles go through [`SolverService::admit`], like a `SolveBatch`:
+//! The puzzles go through [admission](crate::coordinator::admission), like
+//! a `SolveBatch`:
 //! answered from the result cache where possible, otherwise solved by the
 //! workers (and then cached), so grading many contestants on one puzzle set
 //! solves each puzzle once. Each case is judged with
@@ -23,10 +24,11 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use super::solver::{Admitted, Caller, SolverService, priority};
-use super::{client_of, expire_at, grpc_timeout};
-use crate::coordinator::policy::Priority;
-use crate::error::ServerError;
+use colball_core::Priority;
+
+use super::solver::{SolverService, priority};
+use super::{client_of, grpc_timeout};
+use crate::coordinator::admission::{self, Admitted, Caller, Next, Terms};
 
 /// The stream of a Grade call.
 pub(super) type GradeStream = Pin<Box<dyn Stream<Item = Result<v1::GradeResult, Status>> + Send>>;
@@ -60,89 +62,71 @@ pub(super) async fn grade(
         answers.push(case.answer.as_ref().map(answer_from_wire));
     }
     // Each puzzle is read once, for the admission and the judge both.
-    let batch = service.parse(puzzles, 0)?;
+    let batch = admission::read(&service.shared, puzzles, 0)?;
     let infos = batch
         .iter()
         .zip(answers)
-        .map(|((id, puzzle), answer)| CaseInfo {
-            id: id.to_string(),
-            puzzle: puzzle.as_ref().ok().copied(),
+        .map(|(parsed, answer)| CaseInfo {
+            id: parsed.id.to_string(),
+            puzzle: parsed.puzzle.as_ref().ok().copied(),
             answer,
         })
         .collect();
-    let admitted = service.admit(batch, "grade", caller).await?;
-    tracing::debug!(
-        cases = admitted.total,
-        ready = admitted.ready.len(),
-        "grading admitted"
-    );
+    let terms = Terms {
+        rpc: Some("grade"),
+        ordered: false,
+        deadline,
+    };
+    let admitted = service.shared.admit(batch, &caller, terms).await?;
+    tracing::debug!(cases = admitted.total(), "grading admitted");
     let (tx, rx) = mpsc::channel(256);
-    let span = tracing::info_span!("request", id = admitted.stream.id, rpc = "grade");
-    service
-        .shared
-        .spawn(span, judge(admitted, infos, deadline, tx));
+    let span = tracing::info_span!("request", id = admitted.id(), rpc = "grade");
+    service.shared.spawn(span, judge(admitted, infos, tx));
     Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
 }
 
 /// Judges each case as its optimum arrives and streams the verdict. Ends
-/// (cancelling the remaining work through the guard) when every case is
-/// decided or the client goes away.
+/// (and so ends the request, cancelling its remaining work) when every
+/// case is decided or the client goes away.
 async fn judge(
-    admitted: Admitted,
+    mut admitted: Admitted,
     infos: Vec<CaseInfo>,
-    deadline: Option<tokio::time::Instant>,
     tx: mpsc::Sender<Result<v1::GradeResult, Status>>,
 ) {
-    let Admitted {
-        ready,
-        mut stream,
-        total,
-        mut events,
-        slot,
-    } = admitted;
+    let total = infos.len();
     let mut decided = vec![false; total];
     let mut sent = 0usize;
-    let expire = expire_at(deadline);
-    tokio::pin!(expire);
-    let mut ready = ready.into_iter();
     let failure = loop {
-        if sent == total {
-            break None;
-        }
-        let result = match ready.next() {
-            Some(result) => result,
-            None => tokio::select! {
-                event = stream.next() => match event {
-                    Some(Ok(result)) => result,
-                    Some(Err(status)) => break Some(status.message().to_string()),
-                    None => break Some(ServerError::ShuttingDown.to_string()),
-                },
-                () = tx.closed() => {
-                    tracing::debug!("grading client went away; cancelling its batch");
-                    return;
-                }
-                () = &mut expire => break Some(ServerError::DeadlineExceeded.to_string()),
-            },
+        let next = tokio::select! {
+            next = admitted.next() => next,
+            () = tx.closed() => {
+                tracing::debug!("grading client went away; cancelling its batch");
+                return;
+            }
         };
-        let index = result.index as usize;
-        events.result(&result);
-        let Some(info) = infos.get(index).filter(|_| !decided[index]) else {
-            tracing::warn!(index, "grading: unexpected or repeated result; ignored");
-            continue;
+        let results = match next {
+            Next::Results(results) => results,
+            Next::Failed(e) => break Some(e.to_string()),
+            Next::Done => break None,
         };
-        decided[index] = true;
-        sent += 1;
-        let graded = verdict(info, result.outcome);
-        if tx
-            .send(Ok(graded_to_wire(result.index, result.id.into(), &graded)))
-            .await
-            .is_err()
-        {
-            return;
+        for result in results {
+            let index = result.index as usize;
+            let Some(info) = infos.get(index).filter(|_| !decided[index]) else {
+                tracing::warn!(index, "grading: unexpected or repeated result; ignored");
+                continue;
+            };
+            decided[index] = true;
+            sent += 1;
+            let graded = verdict(info, result.outcome);
+            if tx
+                .send(Ok(graded_to_wire(result.index, result.id.into(), &graded)))
+                .await
+                .is_err()
+            {
+                return;
+            }
         }
-        stream.sent(1);
     };
-    events.finish(failure.as_deref().unwrap_or("complete"));
     if let Some(reason) = failure {
         tracing::warn!(%reason, undecided = total - sent, "grading batch failed");
         for (index, info) in infos.iter().enumerate() {
@@ -162,8 +146,6 @@ async fn judge(
             }
         }
     }
-    drop(stream);
-    drop(slot);
 }
 
 /// The verdict on one case, given the cluster's outcome for its puzzle.
@@ -184,8 +166,9 @@ fn verdict(info: &CaseInfo, outcome: Option<egress::Outcome>) -> Graded {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coordinator::events::BatchEvents;
-    use crate::coordinator::{Config, RequestStream, Shared};
+    use crate::coordinator::admission::RequestStream;
+    use crate::coordinator::{Config, Shared};
+    use crate::error::ServerError;
     use colball_proto::grade::verdict_from_wire;
     use colball_solver::grade::Verdict;
     use tokio_util::sync::CancellationToken;
@@ -218,21 +201,15 @@ mod tests {
     async fn a_failed_batch_ends_with_error_verdicts_for_the_undecided_cases() {
         let shared = Shared::new(Config::default(), CancellationToken::new()).unwrap();
         let (batch_tx, batch_rx) = mpsc::unbounded_channel();
-        let admitted = Admitted {
-            ready: vec![solved(0, "a", 0)],
-            stream: RequestStream {
-                shared: shared.clone(),
-                id: 1,
-                rx: batch_rx,
-                buffer: Default::default(),
-                received: 1,
-                sent: 0,
-                acked: (0, 0),
-            },
-            total: 4,
-            events: BatchEvents::accept(shared.events.clone(), 4, "grade", "normal", "c"),
-            slot: shared.per_client.acquire("c").unwrap(),
+        let stream = RequestStream {
+            shared: shared.clone(),
+            id: 1,
+            rx: batch_rx,
+            received: 1,
+            sent: 0,
+            acked: (0, 0),
         };
+        let admitted = Admitted::for_test(stream, vec![solved(0, "a", 0)], 4);
         let infos = vec![
             info("a", Some(GivenAnswer::count(0))),
             info("b", Some(GivenAnswer::count(3))),
@@ -247,11 +224,15 @@ mod tests {
                 "worker gave up".into(),
             )))
             .unwrap();
+        let no_workers = colball_core::NoWorkers {
+            waited: std::time::Duration::from_secs(10),
+            ever: true,
+        };
         batch_tx
-            .send(Err(Status::unavailable("no workers left")))
+            .send(Err(ServerError::NoWorkers(no_workers)))
             .unwrap();
         let (tx, mut rx) = mpsc::channel(8);
-        judge(admitted, infos, None, tx).await;
+        judge(admitted, infos, tx).await;
         let mut results = Vec::new();
         while let Some(r) = rx.recv().await {
             results.push(r.unwrap());
@@ -272,7 +253,7 @@ mod tests {
         assert_eq!(results[2].detail, "worker gave up");
         assert_eq!(results[2].given, Some(2));
         assert!(
-            results[3].detail.contains("no workers left"),
+            results[3].detail.contains(&no_workers.to_string()),
             "{}",
             results[3].detail
         );

@@ -88,7 +88,7 @@ pub async fn serve(
             shutdown.cancelled().await;
             let _ = drain_until.set(tokio::time::Instant::now() + drain_timeout);
             tracing::info!("coordinator shutting down");
-            shared.run(|s| ((), s.shutdown()));
+            shared.tell(colball_core::Input::Shutdown);
             shared.workers.send_replace(0);
         }
     };
@@ -259,13 +259,6 @@ fn client_of<T>(request: &Request<T>) -> String {
     request
         .remote_addr()
         .map_or_else(|| "unknown".to_string(), |a| a.ip().to_string())
-}
-/// Completes when `deadline` passes; never without one.
-async fn expire_at(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
-    }
 }
 
 /// Reads the `grpc-timeout` header (`<digits><unit>`, unit one of H M S m u n).

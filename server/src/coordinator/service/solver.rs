@@ -4,22 +4,18 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
+use colball_core::Priority;
 use colball_proto::ingest::{self, solver_server::Solver};
-use colball_proto::{PuzzleText, batch_from_wire};
 use colball_proto::{egress, v1};
-use colball_solver::order::InOrder;
-use ecow::EcoString;
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use super::{client_of, expire_at, grade, grpc_timeout};
-use crate::coordinator::events::{self, BatchEvents};
-use crate::coordinator::per_client::Slot;
-use crate::coordinator::policy::Priority;
-use crate::coordinator::state::{NewTask, RequestSpec};
-use crate::coordinator::{BatchEvent, RequestStream, Shared, take_results};
+use super::{client_of, grade, grpc_timeout};
+use crate::coordinator::Shared;
+use crate::coordinator::admission::{self, Admitted, Caller, Next, Parsed, Terms};
+use crate::coordinator::events;
 use crate::error::ServerError;
 
 type ResultStream = Pin<Box<dyn Stream<Item = Result<egress::PuzzleResult, Status>> + Send>>;
@@ -29,129 +25,6 @@ type EventStream = Pin<Box<dyn Stream<Item = Result<v1::ClusterEvent, Status>> +
 pub(super) struct SolverService {
     pub(super) shared: Arc<Shared>,
 }
-/// A request after parsing and the cache: results known now, and the
-/// stream the rest arrive on.
-pub(super) struct Admitted {
-    pub(super) ready: Vec<egress::PuzzleResult>,
-    pub(super) stream: RequestStream,
-    pub(super) total: usize,
-    /// Reports the request's results and end to watchers.
-    pub(super) events: BatchEvents,
-    /// The request's place among its client's requests in flight.
-    pub(super) slot: Slot,
-}
-/// One puzzle of a request as read: its id, and the puzzle or why it is
-/// invalid.
-type Parsed = (
-    EcoString,
-    Result<colball_solver::Puzzle, Box<colball_proto::InvalidPuzzle>>,
-);
-
-/// Who sent a request and how it wants to be served.
-pub(super) struct Caller {
-    pub(super) client: String,
-    pub(super) priority: Priority,
-}
-
-impl SolverService {
-    /// Reads a request's puzzles, once: within `--max-batch`, each one
-    /// parsed (or why it is invalid) beside its id. `beyond` counts the
-    /// puzzles the request held past those decoded
-    /// ([`ingest::SolveBatchRequest::beyond`]): they count towards the
-    /// limit, which they always pass.
-    pub(super) fn parse<P: PuzzleText>(
-        &self,
-        puzzles: Vec<P>,
-        beyond: usize,
-    ) -> Result<Vec<Parsed>, ServerError> {
-        let limit = self.shared.config.max_batch;
-        let sent = puzzles.len() + beyond;
-        if sent > limit {
-            return Err(ServerError::BatchTooLarge { batch: sent, limit });
-        }
-        let parsed = batch_from_wire(&puzzles)?;
-        Ok(puzzles
-            .into_iter()
-            .zip(parsed)
-            .map(|(wire, puzzle)| (wire.into_id(), puzzle))
-            .collect())
-    }
-
-    /// Admits a request's parsed puzzles ([`Self::parse`]); `request`
-    /// names the RPC for watchers.
-    pub(super) async fn admit(
-        &self,
-        batch: Vec<Parsed>,
-        request: &str,
-        caller: Caller,
-    ) -> Result<Admitted, ServerError> {
-        let shared = &self.shared;
-        if shared.shutdown.is_cancelled() {
-            return Err(ServerError::ShuttingDown);
-        }
-        let slot = shared.per_client.acquire(&caller.client)?;
-        let total = batch.len();
-        let mut ready = Vec::new();
-        // Sized once: most puzzles of a request are tasks.
-        let mut tasks = Vec::with_capacity(total);
-        for (index, (id, parsed)) in batch.into_iter().enumerate() {
-            let index = index as u64;
-            match parsed {
-                Err(e) => ready.push(egress::PuzzleResult::invalid(index, &e)),
-                Ok(puzzle) => match shared.cache.get(&puzzle) {
-                    Some(a) => ready.push(a.to_result(&id, index)),
-                    None => tasks.push(NewTask { index, id, puzzle }),
-                },
-            }
-        }
-        if !tasks.is_empty() {
-            self.wait_for_a_worker().await?;
-        }
-        let spec = RequestSpec {
-            client: caller.client.clone(),
-            priority: caller.priority,
-            total,
-        };
-        let (mut stream, late) = shared.admit_request(spec, tasks)?;
-        stream.received += ready.len();
-        ready.extend(late);
-        Ok(Admitted {
-            ready,
-            stream,
-            total,
-            events: BatchEvents::accept(
-                shared.events.clone(),
-                total,
-                request,
-                caller.priority.name(),
-                &caller.client,
-            ),
-            slot,
-        })
-    }
-
-    /// Waits up to the grace period for a first worker.
-    async fn wait_for_a_worker(&self) -> Result<(), ServerError> {
-        let grace = self.shared.config.worker_grace;
-        let mut workers = self.shared.workers.subscribe();
-        let ever = {
-            let s = self.shared.state();
-            if s.worker_count() > 0 {
-                return Ok(());
-            }
-            s.ever_had_worker()
-        };
-        match tokio::time::timeout(grace, workers.wait_for(|n| *n > 0)).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(_)) => Err(ServerError::ShuttingDown),
-            Err(_) => Err(ServerError::NoWorkers {
-                waited: grace,
-                ever,
-            }),
-        }
-    }
-}
-
 /// The priority of a request: its field, or the RPC's default.
 pub(super) fn priority(value: i32, default: Priority) -> Result<Priority, ServerError> {
     Priority::from_wire(value, default).ok_or(ServerError::BadPriority(value))
@@ -172,27 +45,24 @@ impl Solver for SolverService {
             priority: priority(request.priority, Priority::Interactive)?,
         };
         let puzzle = request.puzzle.ok_or(ServerError::MissingPuzzle)?;
-        let batch = self.parse(vec![puzzle], 0)?;
-        if let Some((_, Err(e))) = batch.first() {
+        let batch = admission::read(&self.shared, vec![puzzle], 0)?;
+        if let Some(Parsed { puzzle: Err(e), .. }) = batch.first() {
             return Err(ServerError::from(colball_proto::InvalidPuzzle::clone(e)).into());
         }
-        let mut admitted = self.admit(batch, "solve", caller).await?;
-        let result = match admitted.ready.pop() {
-            Some(result) => Ok(result),
-            None => match admitted.stream.next().await {
-                Some(Ok(result)) => Ok(result),
-                Some(Err(status)) => Err(status),
+        let terms = Terms {
+            rpc: Some("solve"),
+            ordered: false,
+            deadline: None,
+        };
+        let mut admitted = self.shared.admit(batch, &caller, terms).await?;
+        match admitted.next().await {
+            Next::Results(mut results) => match results.pop() {
+                Some(result) => Ok(Response::new(result)),
                 None => Err(ServerError::ShuttingDown.into()),
             },
-        };
-        match &result {
-            Ok(r) => {
-                admitted.events.result(r);
-                admitted.events.finish("complete");
-            }
-            Err(status) => admitted.events.finish(status.message()),
+            Next::Failed(e) => Err(e.into()),
+            Next::Done => Err(ServerError::ShuttingDown.into()),
         }
-        result.map(Response::new)
     }
 
     type GradeStream = grade::GradeStream;
@@ -217,20 +87,20 @@ impl Solver for SolverService {
             client,
             priority: priority(request.priority, Priority::Normal)?,
         };
-        let batch = self.parse(request.puzzles, request.beyond)?;
-        let admitted = self.admit(batch, "solve_batch", caller).await?;
-        tracing::debug!(
-            puzzles = admitted.total,
-            ready = admitted.ready.len(),
-            "batch admitted"
-        );
+        let batch = admission::read(&self.shared, request.puzzles, request.beyond)?;
+        let terms = Terms {
+            rpc: Some("solve_batch"),
+            ordered: request.ordered,
+            deadline,
+        };
+        let admitted = self.shared.admit(batch, &caller, terms).await?;
+        tracing::debug!(puzzles = admitted.total(), "batch admitted");
         // Results travel in groups (what arrived together); the response
         // stream hands them to tonic one by one, which writes what is
         // ready together.
         let (tx, rx) = mpsc::channel(16);
-        let span = tracing::info_span!("request", id = admitted.stream.id, rpc = "solve_batch");
-        self.shared
-            .spawn(span, forward(admitted, request.ordered, deadline, tx));
+        let span = tracing::info_span!("request", id = admitted.id(), rpc = "solve_batch");
+        self.shared.spawn(span, forward(admitted, tx));
         Ok(Response::new(Box::pin(futures_util::StreamExt::flat_map(
             ReceiverStream::new(rx),
             tokio_stream::iter,
@@ -308,72 +178,32 @@ async fn follow(
     }
 }
 
-/// Streams a batch's results to its client, in input order if asked. Ends
-/// (and so ends the request, cancelling its remaining work) when every
-/// result is sent, the client goes away, or the deadline passes.
+/// Streams a batch's results to its client (in input order if asked).
+/// Ends (and so ends the request, cancelling its remaining work) when every
+/// result is sent, the request fails, or the client goes away.
 async fn forward(
-    admitted: Admitted,
-    ordered: bool,
-    deadline: Option<tokio::time::Instant>,
+    mut admitted: Admitted,
     tx: mpsc::Sender<Vec<Result<egress::PuzzleResult, Status>>>,
 ) {
-    let Admitted {
-        ready,
-        mut stream,
-        total,
-        mut events,
-        slot,
-    } = admitted;
-    let mut held = InOrder::new();
-    let mut sent = 0usize;
-    let expire = expire_at(deadline);
-    tokio::pin!(expire);
-    let mut incoming: Vec<BatchEvent> = ready.into_iter().map(Ok).collect();
-    while sent < total {
-        if incoming.is_empty() {
-            tokio::select! {
-                more = stream.next_batch(&mut incoming) => if !more {
-                    incoming.push(Err(ServerError::ShuttingDown.into()));
-                },
-                () = tx.closed() => {
-                    tracing::debug!("client went away; cancelling its batch");
-                    break;
-                }
-                () = &mut expire => incoming.push(Err(ServerError::DeadlineExceeded.into())),
+    loop {
+        let next = tokio::select! {
+            next = admitted.next() => next,
+            () = tx.closed() => {
+                tracing::debug!("client went away; cancelling its batch");
+                return;
             }
-        }
-        // What arrived together goes on together: one step of the event
-        // log and one message to the response stream.
-        let mut results = Vec::with_capacity(incoming.len());
-        let failure = take_results(&mut incoming, &mut results);
-        events.results(&results);
-        let out: Vec<_> = if ordered {
-            for r in results {
-                held.insert(r.index, r);
-            }
-            held.ready().map(Ok).collect()
-        } else {
-            results.into_iter().map(Ok).collect()
         };
-        let n = out.len();
-        sent += n;
-        if n > 0 && tx.send(out).await.is_err() {
+        let (out, last) = match next {
+            Next::Results(results) => (results.into_iter().map(Ok).collect(), false),
+            Next::Failed(e) => (vec![Err(e.into())], true),
+            Next::Done => return,
+        };
+        if tx.send(out).await.is_err() {
             tracing::debug!("client went away; cancelling its batch");
             return;
         }
-        stream.sent(n);
-        if let Some(status) = failure {
-            events.finish(status.message());
-            let _ = tx.send(vec![Err(status)]).await;
-            break;
+        if last {
+            return;
         }
     }
-    if sent == total {
-        events.finish("complete");
-    }
-    // Otherwise the client went away (or an error ended the stream, already
-    // reported): dropping `events` says so. Dropping the stream ends the
-    // request.
-    drop(stream);
-    drop(slot);
 }

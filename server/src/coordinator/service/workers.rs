@@ -4,7 +4,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use colball_proto::PROTOCOL_VERSION;
 use colball_proto::v1::{self, coordinator_message, worker_message, workers_server::Workers};
@@ -14,9 +14,9 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::coordinator::state::{self, LossReason};
 use crate::coordinator::{Link, Shared};
 use crate::error::ServerError;
+use colball_core::{Input, LossReason, shown_name};
 
 type SessionStream = Pin<Box<dyn Stream<Item = Result<v1::CoordinatorMessage, Status>> + Send>>;
 
@@ -67,7 +67,7 @@ impl Workers for WorkersService {
         let worker = shared.next_worker.fetch_add(1, Ordering::Relaxed);
         let greeting = v1::CoordinatorMessage {
             kind: Some(coordinator_message::Kind::Registered(v1::Registered {
-                worker_id: state::shown_name(&name, worker),
+                worker_id: shown_name(&name, worker),
                 heartbeat_interval_ms: shared.config.heartbeat_interval.as_millis() as u32,
                 max_tasks: u32::try_from(shared.config.limits().credit.max_tasks(register.slots))
                     .unwrap_or(u32::MAX),
@@ -84,13 +84,12 @@ impl Workers for WorkersService {
             },
         );
         let ip = peer.map(|p| p.ip());
-        let registered =
-            shared.run(
-                |s| match s.register(worker, &name, ip, register.slots, Instant::now()) {
-                    Ok(effects) => (Ok(()), effects),
-                    Err(e) => (Err(e), Vec::new()),
-                },
-            );
+        let registered = shared.handle(Input::Register {
+            worker,
+            name: &name,
+            peer: ip,
+            slots: register.slots,
+        });
         if let Err(e) = registered {
             shared.links.remove(&worker);
             tracing::warn!(peer = %crate::telemetry::addr(peer), %name, error = %e, "worker refused");
@@ -132,30 +131,28 @@ async fn session_loop(
             Ok(Some(m)) => m,
             Ok(None) | Err(_) => break LossReason::Disconnected,
         };
-        let now = Instant::now();
         match message.kind {
-            Some(worker_message::Kind::Heartbeat(h)) => {
-                shared.run(|s| {
-                    s.heartbeat(worker, h.cache, now);
-                    ((), Vec::new())
-                });
-            }
-            None => shared.run(|s| {
-                s.heartbeat(worker, None, now);
-                ((), Vec::new())
+            Some(worker_message::Kind::Heartbeat(h)) => shared.tell(Input::Heartbeat {
+                worker,
+                cache: h.cache,
+            }),
+            None => shared.tell(Input::Heartbeat {
+                worker,
+                cache: None,
             }),
             Some(worker_message::Kind::Draining(_)) => {
                 tracing::info!(worker, "worker draining");
-                shared.run(|s| ((), s.drain(worker, now)));
+                shared.tell(Input::Drain { worker });
             }
-            Some(worker_message::Kind::Results(batch)) => {
-                shared.run(|s| ((), s.results(worker, batch.results, now)));
-            }
+            Some(worker_message::Kind::Results(batch)) => shared.tell(Input::Results {
+                worker,
+                results: batch.results,
+            }),
             Some(worker_message::Kind::Register(_)) => {
                 tracing::warn!(worker, "worker registered twice; ignored");
             }
         }
     };
-    shared.run(|s| ((), s.worker_lost(worker, reason, Instant::now())));
+    shared.tell(Input::WorkerLost { worker, reason });
     shared.links.remove(&worker);
 }
