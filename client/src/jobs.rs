@@ -251,7 +251,7 @@ pub fn solve_in_order<E>(
 ) -> Result<(), SolveError<E>> {
     let runtime = remote::runtime()?;
     runtime.block_on(async {
-        let mut follower = Follower {
+        let mut follower = BatchJob {
             url,
             security,
             run,
@@ -310,7 +310,7 @@ async fn interrupted(enabled: bool) {
 }
 
 /// One batch followed as a job (see [`solve_in_order`]).
-struct Follower<'a> {
+struct BatchJob<'a> {
     url: &'a str,
     security: &'a Security,
     run: &'a JobRun,
@@ -365,7 +365,7 @@ impl From<ClientError> for Break {
     }
 }
 
-impl Follower<'_> {
+impl BatchJob<'_> {
     async fn solve<E>(
         &mut self,
         notice: &mut dyn FnMut(&str),

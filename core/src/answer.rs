@@ -6,14 +6,14 @@ use ecow::EcoString;
 /// A solved puzzle as the cluster reports it. (Its strings are shared, not
 /// copied, by every result made from it.)
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Answer {
+pub struct VerifiedAnswer {
     pub moves: i64,
     pub solution: EcoString,
     pub strategy: EcoString,
     pub worker: EcoString,
 }
 
-impl Answer {
+impl VerifiedAnswer {
     /// The result a client gets for a puzzle answered from the cache.
     pub fn to_result(self, id: &EcoString, index: u64) -> egress::PuzzleResult {
         egress::PuzzleResult {

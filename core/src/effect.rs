@@ -6,7 +6,7 @@ use colball_proto::egress;
 use colball_proto::v1::{self, cluster_event::Kind as EventKind};
 use colball_solver::Puzzle;
 
-use crate::answer::Answer;
+use crate::answer::VerifiedAnswer;
 use crate::errors::LossReason;
 
 /// What a request that ends for the coordinator's shutdown is told.
@@ -73,7 +73,7 @@ pub enum Effect {
     /// Keep a verified answer.
     Cache {
         puzzle: Puzzle,
-        answer: Answer,
+        answer: VerifiedAnswer,
     },
     /// Forget every cached answer from this worker (by its shown name).
     Evict {

@@ -18,7 +18,7 @@
 //! - [`limits`]: the limits and policies the state applies;
 //! - [`snapshot`]: counters and views for metrics and the dashboard;
 //! - [`policy`]: the fair queue, worker credit and target-share hints;
-//! - [`Answer`]: a verified answer, as the result cache keeps it.
+//! - [`VerifiedAnswer`]: a verified answer, as the result cache keeps it.
 
 pub mod answer;
 pub mod effect;
@@ -30,7 +30,7 @@ pub mod snapshot;
 mod state;
 mod tasks;
 
-pub use answer::Answer;
+pub use answer::VerifiedAnswer;
 pub use effect::{Effect, Effects, NoWorkers, RequestFailure, SHUTTING_DOWN};
 pub use errors::{
     AdmitError, LossReason, ProtocolError, REJECT_LABELS, RegisterError, RejectReason, Rejected,

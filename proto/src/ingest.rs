@@ -109,9 +109,8 @@ impl prost::Message for SolveBatchRequest {
                     // wire (a batch's puzzles are mostly alike), rather
                     // than doubled on the way: each doubling copied the
                     // vector and left the old block to the allocator,
-                    // whose pages a busy coordinator kept (docs/
-                    // PERFORMANCE.md, the eighth pass). No more than the
-                    // cap, as doubling would have reached.
+                    // whose pages a busy coordinator kept. No more than
+                    // the cap, as doubling would have reached.
                     // (Its key was read before this call.)
                     let each = before.saturating_sub(buf.remaining()) + encoding::key_len(1);
                     let more = (buf.remaining() / each).min(MAX_PUZZLES - 1);

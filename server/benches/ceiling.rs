@@ -23,6 +23,12 @@
 //! another build of the coordinator (an older commit's, for a ratio in one
 //! sitting).
 //!
+//! `VIA=job` sends the same puzzles the way `colball solve --connect`
+//! does instead: each client's share as one durable job, followed in input
+//! order (`colball_client::jobs::solve_in_order`), the coordinator's store
+//! on disk (`--data-dir`); `VIA=batch,job` measures both, side by side in
+//! one sitting.
+//!
 //! `AGAINST=PATH` compares this build with another, side by side: for
 //! each session count, `ROUNDS` (default 5) rounds that each run both
 //! coordinators on the same puzzles, one after the other (in alternating
@@ -37,7 +43,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use colball_client::jobs::Jobs;
+use colball_client::jobs::{JobRun, Jobs, solve_in_order};
 use colball_client::remote::{Client, REQUEST_CHUNK, Security};
 use colball_proto::v1::workers_client::WorkersClient;
 use colball_proto::v1::{self, coordinator_message, task_result, worker_message};
@@ -213,31 +219,53 @@ fn coordinator_of(bin: &std::path::Path, extra: &[&str]) -> procs::Coordinator {
     procs::coordinator_beating(bin, "127.0.0.1:0", 1000, &args)
 }
 
+/// How the clients send their puzzles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Via {
+    /// `SolveBatch` requests.
+    Batch,
+    /// One durable job per client, followed in input order, as `colball
+    /// solve --connect` does; the store on disk.
+    Job,
+}
+
 /// One run: a coordinator of `bin` with `n` sessions; `puzzles` sent by
-/// `clients` after a warm-up. Returns puzzles per second and the
-/// coordinator's CPU per puzzle in microseconds.
+/// `clients` `via` batches or jobs, after a warm-up. Returns puzzles per
+/// second and the coordinator's CPU per puzzle in microseconds.
 async fn measure(
     bin: &std::path::Path,
     n: usize,
     answers: &Arc<Answers>,
     puzzles: &Arc<Vec<(String, Puzzle)>>,
     clients: usize,
+    via: Via,
 ) -> (f64, f64) {
     let count = puzzles.len();
-    let c = coordinator_of(bin, &["--max-batches-per-client", "64"]);
+    let dir = std::env::temp_dir().join(format!(
+        "colball-bench-ceiling-{}-{n}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut args = vec!["--max-batches-per-client", "64"];
+    if via == Via::Job {
+        args.extend(["--data-dir", dir.to_str().unwrap()]);
+    }
+    let c = coordinator_of(bin, &args);
     let stop = tokio_util::sync::CancellationToken::new();
     sessions(&c.url, n, answers, false, &stop).await;
     procs::wait_metric(&c.http, "workers", |w| w as usize == n).await;
     // Warm up: the first requests grow the coordinator's tables.
     let warm = Arc::new(puzzles[..count.min(20_000)].to_vec());
-    send_all(&c.url, &warm, 1).await;
+    send_all(&c.url, &warm, 1, via).await;
     let pid = c.proc.pid();
     let cpu = cpu_seconds(pid);
     let began = Instant::now();
-    send_all(&c.url, puzzles, clients).await;
+    send_all(&c.url, puzzles, clients, via).await;
     let wall = began.elapsed().as_secs_f64();
     let cpu = cpu_seconds(pid) - cpu;
     stop.cancel();
+    drop(c);
+    let _ = std::fs::remove_dir_all(&dir);
     (count as f64 / wall, 1e6 * cpu / count as f64)
 }
 
@@ -254,6 +282,7 @@ async fn compare(
     answers: &Arc<Answers>,
     puzzles: &Arc<Vec<(String, Puzzle)>>,
     clients: usize,
+    vias: &[Via],
 ) {
     let rounds = env("ROUNDS", 5).max(1);
     let this = server_bin(BIN);
@@ -263,23 +292,23 @@ async fn compare(
         against.display()
     );
     println!(
-        "| sessions | round | this: puzzles/s, CPU per puzzle | against: puzzles/s, CPU per puzzle | CPU ratio | throughput ratio |"
+        "| via | sessions | round | this: puzzles/s, CPU per puzzle | against: puzzles/s, CPU per puzzle | CPU ratio | throughput ratio |"
     );
-    println!("|---:|---:|---|---|---:|---:|");
-    for &n in counts {
+    println!("|---|---:|---:|---|---|---:|---:|");
+    for (&via, &n) in vias.iter().flat_map(|v| counts.iter().map(move |n| (v, n))) {
         let (mut cpu, mut speed) = (Vec::new(), Vec::new());
         for round in 0..rounds {
             let (a, b) = if round % 2 == 0 {
-                let a = measure(&this, n, answers, puzzles, clients).await;
-                (a, measure(against, n, answers, puzzles, clients).await)
+                let a = measure(&this, n, answers, puzzles, clients, via).await;
+                (a, measure(against, n, answers, puzzles, clients, via).await)
             } else {
-                let b = measure(against, n, answers, puzzles, clients).await;
-                (measure(&this, n, answers, puzzles, clients).await, b)
+                let b = measure(against, n, answers, puzzles, clients, via).await;
+                (measure(&this, n, answers, puzzles, clients, via).await, b)
             };
             cpu.push(a.1 / b.1);
             speed.push(a.0 / b.0);
             println!(
-                "| {n} | {} | {:.0}/s, {:.2} us | {:.0}/s, {:.2} us | {:.2} | {:.2} |",
+                "| {via:?} | {n} | {} | {:.0}/s, {:.2} us | {:.0}/s, {:.2} us | {:.2} | {:.2} |",
                 round + 1,
                 a.0,
                 a.1,
@@ -290,29 +319,46 @@ async fn compare(
             );
         }
         println!(
-            "| {n} | median | | | **{:.2}** | **{:.2}** |",
+            "| {via:?} | {n} | median | | | **{:.2}** | **{:.2}** |",
             median(cpu),
             median(speed)
         );
     }
 }
 
-/// Sends `puzzles` over `clients` connections in `SolveBatch` requests of
-/// the client's chunk, reading every result.
-async fn send_all(url: &str, puzzles: &Arc<Vec<(String, Puzzle)>>, clients: usize) {
+/// Sends `puzzles` over `clients` connections, reading every result:
+/// `via` batches, in `SolveBatch` requests of the client's chunk, or as
+/// one job per client.
+async fn send_all(url: &str, puzzles: &Arc<Vec<(String, Puzzle)>>, clients: usize, via: Via) {
     let part = puzzles.len().div_ceil(clients);
     let mut tasks = Vec::new();
     for c in 0..clients {
         let (url, puzzles) = (url.to_string(), puzzles.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut client = Client::connect(&url).await.unwrap();
-            let mine = &puzzles[(c * part).min(puzzles.len())..((c + 1) * part).min(puzzles.len())];
-            let mut n = 0;
-            for chunk in mine.chunks(REQUEST_CHUNK) {
-                n += count_all(client.solve_stream(chunk, false).await.unwrap()).await;
-            }
-            n
-        }));
+        let range = (c * part).min(puzzles.len())..((c + 1) * part).min(puzzles.len());
+        tasks.push(match via {
+            Via::Batch => tokio::spawn(async move {
+                let mut client = Client::connect(&url).await.unwrap();
+                let mut n = 0;
+                for chunk in puzzles[range].chunks(REQUEST_CHUNK) {
+                    n += count_all(client.solve_stream(chunk, false).await.unwrap()).await;
+                }
+                n
+            }),
+            // (It runs its own runtime, as the command does.)
+            Via::Job => tokio::task::spawn_blocking(move || {
+                let mut n = 0;
+                let run = JobRun::default();
+                let mut notice = |_: &str| {};
+                let counted = |_| -> Result<(), std::convert::Infallible> {
+                    n += 1;
+                    Ok(())
+                };
+                let security = Security::default();
+                solve_in_order(&url, &security, &run, &puzzles[range], &mut notice, counted)
+                    .unwrap();
+                n
+            }),
+        });
     }
     let mut n = 0;
     for t in tasks {
@@ -324,6 +370,14 @@ async fn send_all(url: &str, puzzles: &Arc<Vec<(String, Puzzle)>>, clients: usiz
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let count = env("PUZZLES", 400_000);
+    let vias: Vec<Via> = std::env::var("VIA")
+        .unwrap_or_else(|_| "batch".into())
+        .split(',')
+        .map(|v| match v.trim() {
+            "job" => Via::Job,
+            _ => Via::Batch,
+        })
+        .collect();
     let clients = env("CLIENTS", 4);
     let queued = env("QUEUED", 1_000_000);
     let counts: Vec<usize> = std::env::var("SESSIONS")
@@ -334,7 +388,7 @@ async fn main() {
     let puzzles = Arc::new(batch(42, three, count));
     let answers = Arc::new(answers(&puzzles));
     println!(
-        "colball ceiling bench: a coordinator process (result cache off) and N simulated worker sessions answering at once; {count} 3x3 puzzles as SolveBatch requests from {clients} clients; all on loopback\n"
+        "colball ceiling bench: a coordinator process (result cache off) and N simulated worker sessions answering at once; {count} 3x3 puzzles from {clients} clients via {vias:?} (SolveBatch requests, or jobs followed in order); all on loopback\n"
     );
     if let Some(against) = std::env::var_os("AGAINST") {
         compare(
@@ -343,15 +397,19 @@ async fn main() {
             &answers,
             &puzzles,
             clients,
+            &vias,
         )
         .await;
         return;
     }
-    println!("| sessions | puzzles/s | coordinator CPU per puzzle |");
-    println!("|---:|---:|---:|");
+    println!("| via | sessions | puzzles/s | coordinator CPU per puzzle |");
+    println!("|---|---:|---:|---:|");
     for &n in &counts {
-        let (speed, cpu) = measure(&server_bin(BIN), n, &answers, &puzzles, clients).await;
-        println!("| {n} | {speed:.0} | {cpu:.2} us |");
+        for &via in &vias {
+            let (speed, cpu) =
+                measure(&server_bin(BIN), n, &answers, &puzzles, clients, via).await;
+            println!("| {via:?} | {n} | {speed:.0} | {cpu:.2} us |");
+        }
     }
 
     if queued == 0 {

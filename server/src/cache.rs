@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
-use colball_core::Answer;
+use colball_core::VerifiedAnswer;
 use colball_solver::Puzzle;
 use dashmap::DashMap;
 
@@ -16,7 +16,7 @@ use dashmap::DashMap;
 #[derive(Debug)]
 pub struct ResultCache {
     /// foldhash, seeded per process, as the state's books.
-    map: DashMap<Puzzle, Answer, foldhash::fast::RandomState>,
+    map: DashMap<Puzzle, VerifiedAnswer, foldhash::fast::RandomState>,
     /// Workers whose answers were evicted: later inserts of theirs (still
     /// on their way when they were caught) are refused.
     banned: DashMap<String, (), foldhash::fast::RandomState>,
@@ -41,7 +41,7 @@ impl ResultCache {
         }
     }
 
-    pub fn get(&self, puzzle: &Puzzle) -> Option<Answer> {
+    pub fn get(&self, puzzle: &Puzzle) -> Option<VerifiedAnswer> {
         let found = self.map.get(puzzle).map(|a| a.clone());
         let counter = if found.is_some() {
             &self.hits
@@ -59,7 +59,7 @@ impl ResultCache {
 
     /// A second look for a puzzle whose first look ([`Self::get`]) missed:
     /// a hit turns that miss into a hit; a miss counts nothing again.
-    pub fn recheck(&self, puzzle: &Puzzle) -> Option<Answer> {
+    pub fn recheck(&self, puzzle: &Puzzle) -> Option<VerifiedAnswer> {
         let found = self.map.get(puzzle).map(|a| a.clone());
         if found.is_some() {
             self.hits.fetch_add(1, Relaxed);
@@ -76,7 +76,7 @@ impl ResultCache {
     /// Keeps `answer` unless the cache is full. Answers reach the cache
     /// only after their sequence was replayed, so both are valid; where
     /// one is kept already, the shorter stands (an audit's correction).
-    pub fn insert(&self, puzzle: Puzzle, answer: Answer) {
+    pub fn insert(&self, puzzle: Puzzle, answer: VerifiedAnswer) {
         if self.banned.contains_key(answer.worker.as_str()) {
             return;
         }
@@ -136,7 +136,7 @@ mod tests {
         let mut g = Generator::new(1);
         let size = Size::new(3, 3).unwrap();
         let puzzles: Vec<_> = (0..3).map(|_| g.uniform(size)).collect();
-        let answer = Answer {
+        let answer = VerifiedAnswer {
             moves: 1,
             solution: "r22".into(),
             strategy: "bidir".into(),
@@ -149,7 +149,7 @@ mod tests {
         assert_eq!(cache.get(&puzzles[0]), Some(answer.clone()));
         assert_eq!(cache.get(&puzzles[2]), None);
         // A shorter answer replaces a kept one; a longer does not.
-        let shorter = Answer {
+        let shorter = VerifiedAnswer {
             moves: 0,
             worker: "v".into(),
             ..answer.clone()
@@ -163,7 +163,7 @@ mod tests {
         cache.insert(puzzles[2], answer.clone());
         assert_eq!(cache.get(&puzzles[2]), None);
         // The evicted entry's room is free again, and only its room.
-        let other = Answer {
+        let other = VerifiedAnswer {
             worker: "x".into(),
             ..answer.clone()
         };

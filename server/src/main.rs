@@ -248,7 +248,7 @@ fn main() -> ExitCode {
     // A worker's async side only speaks the protocol (its solver threads
     // do the searching), so it runs on one thread: a task or a result then
     // crosses no thread but the solver's, where a pool of runtime threads
-    // woke one another for every message (docs/PERFORMANCE.md, sixth pass).
+    // woke one another for every message.
     // The coordinator serves many connections and uses every core.
     let built = match cli.command {
         Command::Worker(_) => tokio::runtime::Builder::new_current_thread()

@@ -150,12 +150,15 @@ fn solve_puzzle(solver: &mut Solver, puzzle: &Puzzle) -> (Solution, Method) {
     (answer.solution, answer.method)
 }
 
-struct Job {
+/// A task for the solver threads, from the session numbered `session`
+/// (a task of an ended session is dropped unsolved).
+struct ToSolve {
     session: u64,
     task_id: u64,
     puzzle: Puzzle,
 }
 
+/// A task's result, for the session that gave it.
 struct Done {
     session: u64,
     result: v1::TaskResult,
@@ -173,7 +176,7 @@ const RESULTS_PER_MESSAGE: usize = 1024;
 /// queues no more than the coordinator's `max_tasks` (and at most
 /// [`MAX_HELD`]).
 struct Pool {
-    jobs: std::sync::mpsc::Sender<Job>,
+    queue: std::sync::mpsc::Sender<ToSolve>,
     cancelled: Arc<Mutex<HashSet<u64>>>,
     session: Arc<AtomicU64>,
     engine: Arc<Engine>,
@@ -181,7 +184,7 @@ struct Pool {
 
 impl Pool {
     fn start(config: &Config, threads: usize, done: mpsc::Sender<Vec<Done>>) -> Pool {
-        let (jobs, rx) = std::sync::mpsc::channel::<Job>();
+        let (queue, rx) = std::sync::mpsc::channel::<ToSolve>();
         let rx = Arc::new(Mutex::new(rx));
         let cancelled = Arc::new(Mutex::new(HashSet::new()));
         let session = Arc::new(AtomicU64::new(0));
@@ -212,7 +215,7 @@ impl Pool {
             }
         }
         Pool {
-            jobs,
+            queue,
             cancelled,
             session,
             engine,
@@ -245,7 +248,7 @@ const HAND_ON_AFTER: usize = 64;
 const HAND_ON_WITHIN: Duration = Duration::from_millis(1);
 
 fn solver_thread(
-    rx: &Mutex<std::sync::mpsc::Receiver<Job>>,
+    rx: &Mutex<std::sync::mpsc::Receiver<ToSolve>>,
     cancelled: &Mutex<HashSet<u64>>,
     session: &AtomicU64,
     engine: Arc<Engine>,
@@ -266,51 +269,51 @@ fn solver_thread(
         // in hand (nothing may come until they are reported).
         let queued = match rx.try_lock() {
             Ok(rx) => match rx.try_recv() {
-                Ok(job) => Some(job),
+                Ok(work) => Some(work),
                 Err(std::sync::mpsc::TryRecvError::Empty) => None,
                 Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
             },
             Err(std::sync::TryLockError::WouldBlock) => None,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().try_recv().ok(),
         };
-        let job = match queued {
-            Some(job) => job,
+        let work = match queued {
+            Some(work) => work,
             None => {
                 if !hand_on(&mut finished) {
                     return;
                 }
                 let rx = rx.lock().unwrap_or_else(PoisonError::into_inner);
                 match rx.recv() {
-                    Ok(job) => job,
+                    Ok(work) => work,
                     Err(_) => return, // the pool is gone
                 }
             }
         };
-        if job.session != session.load(Ordering::Acquire) {
+        if work.session != session.load(Ordering::Acquire) {
             continue; // from a broken session: the coordinator re-dispatched it
         }
         // A 4x4 search can take milliseconds: what is finished goes first.
-        if job.puzzle.size().cells() > 12 && !hand_on(&mut finished) {
+        if work.puzzle.size().cells() > 12 && !hand_on(&mut finished) {
             return;
         }
         let was_cancelled = cancelled
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .remove(&job.task_id);
+            .remove(&work.task_id);
         let outcome = if was_cancelled {
             task_result::Outcome::Cancelled(v1::Cancelled {})
         } else {
-            solve_guarded(&mut solver, &engine, &job.puzzle)
+            solve_guarded(&mut solver, &engine, &work.puzzle)
         };
         let result = v1::TaskResult {
-            task_id: job.task_id,
+            task_id: work.task_id,
             outcome: Some(outcome),
         };
         if finished.is_empty() {
             oldest = Instant::now();
         }
         finished.push(Done {
-            session: job.session,
+            session: work.session,
             result,
         });
         if (finished.len() >= HAND_ON_AFTER || oldest.elapsed() >= HAND_ON_WITHIN)
@@ -629,7 +632,7 @@ fn submit(pool: &Pool, session: u64, task: &v1::Task) -> Option<v1::TaskResult> 
     // one; `target_share` says how many the coordinator saw of this target
     // (more than we will at once).
     pool.engine.announce_hinted(&puzzle, task.target_share);
-    match pool.jobs.send(Job {
+    match pool.queue.send(ToSolve {
         session,
         task_id,
         puzzle,

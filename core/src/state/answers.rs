@@ -11,7 +11,7 @@ use colball_solver::{MoveTable, Puzzle};
 use ecow::EcoString;
 
 use super::{Holds, State};
-use crate::answer::Answer;
+use crate::answer::VerifiedAnswer;
 use crate::effect::{Effect, Effects};
 use crate::errors::{LossReason, ProtocolError, RejectReason, Rejected};
 
@@ -84,9 +84,8 @@ impl State {
     /// puzzle's leader) have mostly left the processor's caches: looked up
     /// in one short loop whose rounds do not depend on each other, the
     /// processor waits for many of those reads at once, rather than for
-    /// each in turn as each result is handled (docs/PERFORMANCE.md, the
-    /// ninth pass: 10% of the coordinator's CPU a puzzle). Nothing is
-    /// changed.
+    /// each in turn as each result is handled (measured: 10% of the
+    /// coordinator's CPU a puzzle). Nothing is changed.
     fn touch(&self, worker: u64, results: &[v1::TaskResult]) {
         let Some(w) = self.workers.get(&worker) else {
             return;
@@ -149,7 +148,7 @@ impl State {
                 if self.limits.cache_results {
                     effects.push(Effect::Cache {
                         puzzle: task.puzzle,
-                        answer: Answer {
+                        answer: VerifiedAnswer {
                             moves: s.moves,
                             solution: s.solution.clone(),
                             strategy: s.strategy.into(),

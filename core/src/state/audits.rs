@@ -7,7 +7,7 @@ use colball_proto::v1::task_result;
 
 use super::answers::check_solved;
 use super::{Audit, State, Task};
-use crate::answer::Answer;
+use crate::answer::VerifiedAnswer;
 use crate::effect::{Effect, Effects};
 use crate::errors::{RejectReason, Rejected};
 
@@ -103,7 +103,7 @@ impl State {
             if self.limits.cache_results {
                 effects.push(Effect::Cache {
                     puzzle: audit.puzzle,
-                    answer: Answer {
+                    answer: VerifiedAnswer {
                         moves: s.moves,
                         solution: s.solution,
                         strategy: s.strategy.into(),

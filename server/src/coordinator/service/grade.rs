@@ -14,6 +14,7 @@
 //! error verdict with that reason, and the stream ends normally.
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use colball_proto::grade::{answer_from_wire, graded_to_wire};
 use colball_proto::{egress, v1};
@@ -26,8 +27,8 @@ use tonic::{Request, Response, Status};
 
 use colball_core::Priority;
 
-use super::solver::{SolverService, priority};
-use super::{client_of, grpc_timeout};
+use super::{client_of, grpc_timeout, priority};
+use crate::coordinator::Shared;
 use crate::coordinator::admission::{self, Admitted, Caller, Next, Terms};
 
 /// The stream of a Grade call.
@@ -42,7 +43,7 @@ struct CaseInfo {
 
 /// Serves one Grade call (see the module documentation).
 pub(super) async fn grade(
-    service: &SolverService,
+    shared: &Arc<Shared>,
     request: Request<v1::GradeRequest>,
 ) -> Result<Response<GradeStream>, Status> {
     let deadline = grpc_timeout(request.metadata()).map(|t| tokio::time::Instant::now() + t);
@@ -62,7 +63,7 @@ pub(super) async fn grade(
         answers.push(case.answer.as_ref().map(answer_from_wire));
     }
     // Each puzzle is read once, for the admission and the judge both.
-    let batch = admission::read(&service.shared, puzzles, 0)?;
+    let batch = admission::read(shared, puzzles, 0)?;
     let infos = batch
         .iter()
         .zip(answers)
@@ -77,11 +78,11 @@ pub(super) async fn grade(
         ordered: false,
         deadline,
     };
-    let admitted = service.shared.admit(batch, &caller, terms).await?;
+    let admitted = shared.admit(batch, &caller, terms).await?;
     tracing::debug!(cases = admitted.total(), "grading admitted");
     let (tx, rx) = mpsc::channel(256);
     let span = tracing::info_span!("request", id = admitted.id(), rpc = "grade");
-    service.shared.spawn(span, judge(admitted, infos, tx));
+    shared.spawn(span, judge(admitted, infos, tx));
     Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
 }
 

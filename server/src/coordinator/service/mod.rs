@@ -13,6 +13,7 @@ mod workers;
 use std::sync::Arc;
 use std::time::Duration;
 
+use colball_core::Priority;
 use colball_proto::MAX_MESSAGE_BYTES;
 use colball_proto::ingest::solver_server::SolverServer;
 use colball_proto::v1;
@@ -26,6 +27,7 @@ use tonic::service::interceptor::InterceptedService;
 
 use super::{Config, Shared, StartError, housekeeping};
 use crate::auth::{self, Identity, Role};
+use crate::error::ServerError;
 use solver::SolverService;
 use workers::WorkersService;
 
@@ -259,6 +261,11 @@ fn client_of<T>(request: &Request<T>) -> String {
     request
         .remote_addr()
         .map_or_else(|| "unknown".to_string(), |a| a.ip().to_string())
+}
+
+/// The priority of a request: its field, or the RPC's default.
+fn priority(value: i32, default: Priority) -> Result<Priority, ServerError> {
+    Priority::from_wire(value, default).ok_or(ServerError::BadPriority(value))
 }
 
 /// Reads the `grpc-timeout` header (`<digits><unit>`, unit one of H M S m u n).

@@ -12,7 +12,7 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use super::{client_of, grade, grpc_timeout};
+use super::{client_of, grade, grpc_timeout, priority};
 use crate::coordinator::Shared;
 use crate::coordinator::admission::{self, Admitted, Caller, Next, Parsed, Terms};
 use crate::coordinator::events;
@@ -25,11 +25,6 @@ type EventStream = Pin<Box<dyn Stream<Item = Result<v1::ClusterEvent, Status>> +
 pub(super) struct SolverService {
     pub(super) shared: Arc<Shared>,
 }
-/// The priority of a request: its field, or the RPC's default.
-pub(super) fn priority(value: i32, default: Priority) -> Result<Priority, ServerError> {
-    Priority::from_wire(value, default).ok_or(ServerError::BadPriority(value))
-}
-
 #[tonic::async_trait]
 impl Solver for SolverService {
     async fn solve(
@@ -71,7 +66,7 @@ impl Solver for SolverService {
         &self,
         request: Request<v1::GradeRequest>,
     ) -> Result<Response<grade::GradeStream>, Status> {
-        grade::grade(self, request).await
+        grade::grade(&self.shared, request).await
     }
 
     type SolveBatchStream = ResultStream;
