@@ -241,10 +241,8 @@ async fn measure(
     via: Via,
 ) -> (f64, f64) {
     let count = puzzles.len();
-    let dir = std::env::temp_dir().join(format!(
-        "colball-bench-ceiling-{}-{n}",
-        std::process::id()
-    ));
+    let dir =
+        std::env::temp_dir().join(format!("colball-bench-ceiling-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut args = vec!["--max-batches-per-client", "64"];
     if via == Via::Job {
@@ -406,8 +404,7 @@ async fn main() {
     println!("|---|---:|---:|---:|");
     for &n in &counts {
         for &via in &vias {
-            let (speed, cpu) =
-                measure(&server_bin(BIN), n, &answers, &puzzles, clients, via).await;
+            let (speed, cpu) = measure(&server_bin(BIN), n, &answers, &puzzles, clients, via).await;
             println!("| {via:?} | {n} | {speed:.0} | {cpu:.2} us |");
         }
     }
