@@ -15,8 +15,9 @@
 //!
 //! With client tokens configured every call needs `Authorization: Bearer
 //! TOKEN` or `?token=TOKEN` (401 otherwise) and the token's name is the job's owner; without
-//! tokens the owner is the caller's IP address. Errors are a JSON object
-//! `{"error": "..."}` with the status code matching the gRPC one.
+//! tokens the owner is the caller's IP address. Every error is a JSON
+//! object `{"error": "..."}` with a fitting status (the gRPC one's, where
+//! there is one), the framework's own refusals included.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,8 +27,9 @@ use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, DefaultBodyLimit, FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
+use axum::middleware;
 use axum::response::{IntoResponse, Json, Response};
-use axum::routing::get;
+use axum::routing::{any, get};
 use colball_proto::puzzle_to_wire;
 use colball_proto::v1::{self, puzzle_result};
 use colball_solver::format::{Format, classic, jsonl};
@@ -48,12 +50,56 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/api/v1/jobs", get(list).post(submit))
         .route("/api/v1/jobs/{id}", get(one).delete(remove))
         .route("/api/v1/jobs/{id}/results", get(results))
+        .route("/api/v1/{*rest}", any(no_such_route))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::map_response(json_errors))
         .with_state(shared)
 }
 
 fn error(code: StatusCode, message: impl Into<String>) -> Response {
     (code, Json(json!({ "error": message.into() }))).into_response()
+}
+
+async fn no_such_route() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "no such route: the job API is /api/v1/jobs, /api/v1/jobs/ID and /api/v1/jobs/ID/results",
+    )
+}
+
+/// Gives every error of the job API one shape, `{"error": "..."}`: those
+/// the handlers write already have it; the others (a query or path that
+/// does not parse, a method the route does not take, a body over the
+/// limit) come from the HTTP framework as plain text, or empty, and are
+/// rewritten with the same status and headers.
+async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    let json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+    if json || !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 64 << 10)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let message = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => format!(
+            "the request body is over {} MiB, the most this endpoint takes; submit a bigger set through the gRPC Submit, which streams",
+            MAX_BODY_BYTES >> 20
+        ),
+        _ if text.is_empty() => status.canonical_reason().unwrap_or("error").to_string(),
+        _ => text,
+    };
+    let rewritten = error(status, message);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.remove(header::CONTENT_TYPE);
+    let (new_parts, body) = rewritten.into_parts();
+    parts.headers.extend(new_parts.headers);
+    Response::from_parts(parts, body)
 }
 
 fn from_status(status: tonic::Status) -> Response {
@@ -270,5 +316,64 @@ fn record(r: &v1::PuzzleResult) -> String {
             error: e.message.clone(),
         }),
         None => json!({ "id": r.id, "error": "no outcome" }).to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn body_of(response: Response) -> (StatusCode, serde_json::Value) {
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn the_framework_s_plain_errors_become_json_with_their_status() {
+        let limit = (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "Failed to buffer the request body: length limit exceeded",
+        )
+            .into_response();
+        let (status, body) = body_of(json_errors(limit).await).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+        let message = body["error"].as_str().unwrap();
+        assert!(message.contains("256 MiB"), "{message}");
+        let query = (
+            StatusCode::BAD_REQUEST,
+            "Failed to deserialize query string",
+        )
+            .into_response();
+        assert_eq!(
+            body_of(json_errors(query).await).await,
+            (
+                StatusCode::BAD_REQUEST,
+                json!({ "error": "Failed to deserialize query string" })
+            )
+        );
+        let mut method = StatusCode::METHOD_NOT_ALLOWED.into_response();
+        method
+            .headers_mut()
+            .insert(header::ALLOW, "GET,POST".parse().unwrap());
+        let rewritten = json_errors(method).await;
+        assert_eq!(rewritten.headers()[header::ALLOW], "GET,POST");
+        assert_eq!(
+            body_of(rewritten).await,
+            (
+                StatusCode::METHOD_NOT_ALLOWED,
+                json!({ "error": "Method Not Allowed" })
+            )
+        );
+        // JSON errors and successes pass as they are.
+        let own = error(StatusCode::NOT_FOUND, "no job");
+        assert_eq!(
+            body_of(json_errors(own).await).await,
+            (StatusCode::NOT_FOUND, json!({ "error": "no job" }))
+        );
+        let ok = json_errors(StatusCode::NO_CONTENT.into_response()).await;
+        assert_eq!(ok.status(), StatusCode::NO_CONTENT);
     }
 }

@@ -386,6 +386,25 @@ async fn the_http_job_api_submits_lists_streams_and_deletes() {
     assert_eq!(created["puzzles"], 300);
     let (code, bad) = http(addr, "POST", "/api/v1/jobs", Some("a-token"), b"2 2\nRB\n").await;
     assert_eq!(code, 400, "{bad}");
+    // Every error is a JSON object naming what was wrong, the framework's
+    // own refusals included.
+    let results = format!("/api/v1/jobs/{id}/results?from=x");
+    for (method, path, expected) in [
+        ("POST", "/api/v1/jobs", 400),
+        ("GET", results.as_str(), 400),
+        ("PUT", "/api/v1/jobs", 405),
+        ("GET", "/api/v1/nothing/here", 404),
+    ] {
+        let body: &[u8] = if method == "POST" { b"2 2\nRB\n" } else { b"" };
+        let (code, text) = http(addr, method, path, Some("a-token"), body).await;
+        assert_eq!(code, expected, "{method} {path}: {text}");
+        let error: serde_json::Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {text}"));
+        assert!(
+            error["error"].as_str().is_some_and(|m| !m.is_empty()),
+            "{method} {path}: {text}"
+        );
+    }
     // Results follow the job to its end, as NDJSON in input order.
     let (code, lines) = http(
         addr,
