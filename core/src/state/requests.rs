@@ -66,9 +66,10 @@ impl State {
             delivered: total - tasks.len(),
             received: 0,
             sent: 0,
-            phase: match tasks.is_empty() {
-                true => Phase::Answered,
-                false => Phase::Solving { held: false },
+            phase: if tasks.is_empty() {
+                Phase::Answered
+            } else {
+                Phase::Solving { held: false }
             },
         };
         let mut late = Vec::new();

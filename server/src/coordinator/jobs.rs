@@ -39,7 +39,7 @@ use super::admission::{Caller, Next, Parsed, Terms};
 use super::events::BatchEvents;
 use super::{Shared, events};
 use crate::store::{Entry, JobFlags, JobRow, JobState, Store, StoreError};
-use colball_core::{NewTask, Priority};
+use colball_core::Priority;
 
 /// Puzzles of one job admitted to the scheduler at a time.
 pub const WINDOW: usize = 8192;
@@ -409,16 +409,16 @@ async fn run_job(
             }
             continue;
         };
-        let tasks: Vec<NewTask> = window
+        let batch: Vec<Parsed> = window
             .into_iter()
-            .map(|(index, id, puzzle)| NewTask {
+            .map(|(index, id, puzzle)| Parsed {
                 index,
                 id: id.into(),
-                puzzle,
+                puzzle: Ok(puzzle),
             })
             .collect();
-        let n = tasks.len() as u64;
-        let outcome = run_window(shared, seq, caller, tasks, cancel, events).await;
+        let n = batch.len() as u64;
+        let outcome = run_window(shared, seq, caller, batch, cancel, events).await;
         // Whether the job is sealed now: the window may have waited out
         // the grace period while the upload ended.
         let sealed = upload.borrow().sealed;
@@ -472,18 +472,10 @@ async fn run_window(
     shared: &Arc<Shared>,
     job: i64,
     caller: &Caller,
-    tasks: Vec<NewTask>,
+    batch: Vec<Parsed>,
     cancel: &CancellationToken,
     events: &mut BatchEvents,
 ) -> Result<(), Status> {
-    let batch = tasks
-        .into_iter()
-        .map(|t| Parsed {
-            index: t.index,
-            id: t.id,
-            puzzle: Ok(t.puzzle),
-        })
-        .collect();
     let terms = Terms {
         rpc: None,
         ordered: false,
