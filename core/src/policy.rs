@@ -46,6 +46,15 @@ impl Priority {
         }
     }
 
+    /// The wire value.
+    pub fn to_wire(self) -> v1::Priority {
+        match self {
+            Priority::Interactive => v1::Priority::Interactive,
+            Priority::Normal => v1::Priority::Normal,
+            Priority::Bulk => v1::Priority::Bulk,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Priority::Interactive => "interactive",

@@ -106,7 +106,7 @@ async fn main() {
     assert!(cluster.wait_for_workers(1, Duration::from_secs(10)).await);
     let puzzles = small(3, n_small);
     let rate = via_job(&cluster.url(), &puzzles, true).await;
-    let bytes = cluster.shared.store().size_bytes().unwrap();
+    let bytes = cluster.app.jobs.store_bytes().await.unwrap();
     cluster.shutdown().await;
     println!(
         "\nstore on disk: {n_small} small puzzles with their results: {:.1} MiB, {:.0} bytes per puzzle ({rate:.0} puzzles/s through the job)",

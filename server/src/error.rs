@@ -1,4 +1,4 @@
-//! The coordinator's errors, and the one place they become gRPC statuses.
+//! The coordinator's errors (the gRPC layer maps them to statuses).
 //!
 //! Messages that reach clients say what was wrong and what to do; details
 //! for operators go to the logs where the error is raised.
@@ -6,7 +6,6 @@
 use colball_core::{AdmitError, NoWorkers, Refused, RegisterError, RequestFailure, SHUTTING_DOWN};
 use colball_proto::{InvalidBatch, InvalidPuzzle};
 use thiserror::Error;
-use tonic::{Code, Status};
 
 /// Why the coordinator refused or ended a request.
 #[derive(Debug, Error)]
@@ -43,30 +42,6 @@ pub enum ServerError {
     VersionMismatch { worker: u32, coordinator: u32 },
     #[error("bad worker session: {0}")]
     BadSession(String),
-}
-
-impl From<ServerError> for Status {
-    fn from(e: ServerError) -> Status {
-        let code = match &e {
-            ServerError::InvalidPuzzle(_)
-            | ServerError::InvalidBatch(_)
-            | ServerError::MissingPuzzle
-            | ServerError::BadSession(_)
-            | ServerError::BadPriority(_) => Code::InvalidArgument,
-            ServerError::Register(RegisterError::Slots { .. }) => Code::InvalidArgument,
-            ServerError::Register(RegisterError::Quarantined { .. }) => Code::PermissionDenied,
-            ServerError::Admit(_)
-            | ServerError::BatchTooLarge { .. }
-            | ServerError::TooManyBatches { .. } => Code::ResourceExhausted,
-            ServerError::NoWorkers { .. } | ServerError::ShuttingDown => Code::Unavailable,
-            ServerError::DeadlineExceeded => Code::DeadlineExceeded,
-            ServerError::VersionMismatch { .. } => Code::FailedPrecondition,
-        };
-        if let ServerError::ShuttingDown = e {
-            return colball_proto::reason::shutting_down(e.to_string());
-        }
-        Status::new(code, e.to_string())
-    }
 }
 
 impl From<Refused> for ServerError {

@@ -344,18 +344,18 @@ async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
     let addr = listener.local_addr()?;
     let shutdown = shutdown::on_signal();
-    let shared = coordinator::Shared::new(config, shutdown.clone())?;
-    reload_on_sighup(shared.clone());
+    let app = colball_server::app::App::start(config, shutdown.clone())?;
+    reload_on_sighup(app.scheduler.clone());
     if let Some(http_addr) = args.http {
         let http_listener = TcpListener::bind(http_addr)
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {http_addr}: {e}"))?;
         println!("http {}", http_listener.local_addr()?);
-        tokio::spawn(http::run(http_listener, shared.clone(), shutdown.clone()));
+        tokio::spawn(http::run(http_listener, app.clone(), shutdown.clone()));
     }
     // Tests and scripts read the bound address from here.
     println!("listening {addr}");
-    coordinator::serve(listener, shared, shutdown).await?;
+    colball_server::grpc::serve(listener, app, shutdown).await?;
     Ok(())
 }
 

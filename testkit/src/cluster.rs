@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use colball_server::app::App;
 use colball_server::coordinator::{self, Shared};
 use colball_server::worker;
 
@@ -17,7 +18,10 @@ use colball_server::worker;
 #[derive(Debug)]
 pub struct LocalCluster {
     pub addr: SocketAddr,
+    /// The scheduler's driver (its snapshot, traffic and tokens).
     pub shared: Arc<Shared>,
+    /// The coordinator's parts, as its APIs serve them.
+    pub app: App,
     shutdown: CancellationToken,
     workers: Vec<(
         CancellationToken,
@@ -53,15 +57,16 @@ impl LocalCluster {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let shutdown = CancellationToken::new();
-        let shared = Shared::new(config, shutdown.clone()).map_err(std::io::Error::other)?;
-        let coordinator = tokio::spawn(coordinator::serve(
+        let app = App::start(config, shutdown.clone()).map_err(std::io::Error::other)?;
+        let coordinator = tokio::spawn(colball_server::grpc::serve(
             listener,
-            shared.clone(),
+            app.clone(),
             shutdown.clone(),
         ));
         let mut cluster = LocalCluster {
             addr,
-            shared,
+            shared: app.scheduler.clone(),
+            app,
             shutdown,
             workers: Vec::new(),
             coordinator: Some(coordinator),
@@ -81,7 +86,7 @@ impl LocalCluster {
         let addr = listener.local_addr()?;
         tokio::spawn(colball_server::http::run(
             listener,
-            self.shared.clone(),
+            self.app.clone(),
             self.shutdown.clone(),
         ));
         Ok(addr)

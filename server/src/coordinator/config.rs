@@ -224,7 +224,7 @@ impl Config {
     }
 
     /// The state machine's limits (from a validated config).
-    pub(super) fn limits(&self) -> Limits {
+    pub(crate) fn limits(&self) -> Limits {
         Limits {
             max_pending: self.max_pending,
             max_attempts: self.max_attempts,

@@ -7,10 +7,7 @@
 //!   requests, tasks and workers, with its policies (a crate of its own);
 //! - this module: the thin async driver, [`Shared`], which gives the state
 //!   its inputs and carries out its effects;
-//! - `admission`: the one road every request takes into the state;
-//! - `service`: the gRPC services (`Solver`, `Grade`, `Jobs`,
-//!   `Workers`, health, reflection) and [`serve`];
-//! - [`jobs`]: durable jobs run over the [store](crate::store);
+//! - [`admission`]: the one road every request takes into the state;
 //! - [`events`]: the event log watchers and the dashboard follow;
 //! - [`per_client`]: batches in flight per client; [`config`]: every
 //!   setting and its check.
@@ -35,12 +32,10 @@
 //! `max_attempts` dispatches per task). A worker whose answer fails the
 //! replay check is quarantined.
 
-mod admission;
+pub(crate) mod admission;
 pub mod config;
 pub mod events;
-pub mod jobs;
 pub mod per_client;
-mod service;
 pub mod traffic;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -62,7 +57,6 @@ use colball_core::{Effect, Effects, Input, LossReason, Refused, Snapshot, State}
 pub use config::{Config, ConfigError};
 use events::EventLog;
 use per_client::PerClient;
-pub use service::{RunError, run, serve};
 use traffic::Traffic;
 
 /// What a worker's session stream sends.
@@ -70,39 +64,31 @@ type WorkerTx = mpsc::UnboundedSender<Result<v1::CoordinatorMessage, Status>>;
 
 /// One worker's session as the driver holds it.
 #[derive(Debug)]
-struct Link {
-    tx: WorkerTx,
+pub(crate) struct Link {
+    pub(crate) tx: WorkerTx,
     /// Stops the session's reader when the state closes it.
-    stop: CancellationToken,
+    pub(crate) stop: CancellationToken,
 }
 
-/// State shared by both services and the housekeeping task.
+/// The scheduler's driver, shared by the services, the jobs and the
+/// housekeeping task.
 #[derive(Debug)]
 pub struct Shared {
-    config: Config,
+    pub(crate) config: Config,
     state: Mutex<State>,
     cache: ResultCache,
     per_client: Arc<PerClient>,
-    tokens: Arc<TokenSet>,
-    workers: watch::Sender<usize>,
-    events: Arc<EventLog>,
-    shutdown: CancellationToken,
+    pub(crate) tokens: Arc<TokenSet>,
+    pub(crate) workers: watch::Sender<usize>,
+    pub(crate) events: Arc<EventLog>,
+    pub(crate) shutdown: CancellationToken,
     /// Numbers for requests and workers (the state takes them as inputs).
     next_id: AtomicU64,
     /// Numbers for workers, apart, so that worker names read `w1#1`,
     /// `w2#2` in joining order.
-    next_worker: AtomicU64,
+    pub(crate) next_worker: AtomicU64,
     outboxes: DashMap<u64, mpsc::UnboundedSender<admission::Delivery>, foldhash::fast::RandomState>,
-    links: DashMap<u64, Link, foldhash::fast::RandomState>,
-    /// The job store, the jobs running now, and the store's writer.
-    store: Arc<crate::store::Store>,
-    runs: DashMap<i64, jobs::Run>,
-    /// The keys of jobs being submitted or run, and a signal when one is
-    /// taken (for `Results` by key).
-    job_keys: jobs::JobKeys,
-    keys_changed: tokio::sync::Notify,
-    writer: mpsc::UnboundedSender<jobs::ToWrite>,
-    writer_rx: Mutex<Option<mpsc::UnboundedReceiver<jobs::ToWrite>>>,
+    pub(crate) links: DashMap<u64, Link, foldhash::fast::RandomState>,
     /// Every task a request, a job, a watcher or a worker session runs
     /// ([`Shared::spawn`]): shutdown waits for them, up to its deadline.
     tasks: TaskTracker,
@@ -116,13 +102,12 @@ pub enum StartError {
     #[error(transparent)]
     Tokens(#[from] auth::TokenFileError),
     #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
+    Store(#[from] crate::jobs::StoreError),
 }
 
 impl Shared {
-    /// Builds the coordinator's shared state (opening the job store and
-    /// reading the client tokens file), for [`serve`] and the HTTP
-    /// endpoint; nothing runs until they do.
+    /// Builds the scheduler's driver (reading the client tokens file);
+    /// nothing runs until the services do.
     pub fn new(config: Config, shutdown: CancellationToken) -> Result<Arc<Shared>, StartError> {
         config.validate()?;
         let tokens = TokenSet::new(
@@ -130,16 +115,8 @@ impl Shared {
             config.client_tokens_file.clone(),
         )?;
         let events = Arc::new(EventLog::new(config.events_retained));
-        let store = jobs::open_store(config.data_dir.as_deref(), config.max_store_bytes)?;
-        let (writer, writer_rx) = mpsc::unbounded_channel();
         Ok(Arc::new(Shared {
-            store,
-            runs: DashMap::new(),
-            job_keys: Default::default(),
-            keys_changed: tokio::sync::Notify::new(),
             tasks: TaskTracker::new(),
-            writer,
-            writer_rx: Mutex::new(Some(writer_rx)),
             state: Mutex::new(State::new(config.limits(), Instant::now())),
             events,
             cache: ResultCache::new(config.cache_capacity),
@@ -171,7 +148,11 @@ impl Shared {
     /// Runs `task` for a request, a job, a watcher or a worker session, in
     /// `span` (which names it: one grep of the logs for the span's id
     /// follows it); shutdown waits for it up to its deadline.
-    fn spawn(&self, span: tracing::Span, task: impl Future<Output = ()> + Send + 'static) {
+    pub(crate) fn spawn(
+        &self,
+        span: tracing::Span,
+        task: impl Future<Output = ()> + Send + 'static,
+    ) {
         self.tasks.spawn(task.instrument(span));
     }
 
@@ -182,7 +163,7 @@ impl Shared {
 
     /// Gives the state one input, now, and carries out its effects after
     /// the lock is released; an admission or a registration may be refused.
-    fn handle(&self, input: Input<'_>) -> Result<(), Refused> {
+    pub(crate) fn handle(&self, input: Input<'_>) -> Result<(), Refused> {
         let (refused, effects, workers) = {
             let mut state = self.state();
             let (refused, effects) = match state.handle(input, Instant::now()) {
@@ -215,7 +196,7 @@ impl Shared {
 
     /// [`Self::handle`] for the inputs the state never refuses (all but
     /// admissions and registrations).
-    fn tell(&self, input: Input<'_>) {
+    pub(crate) fn tell(&self, input: Input<'_>) {
         if let Err(refused) = self.handle(input) {
             debug_assert!(false, "refused: {refused}");
             tracing::error!(error = %refused, "the state refused an input it always takes");
@@ -300,9 +281,23 @@ impl Shared {
         &self.cache
     }
 
-    /// The job store.
-    pub fn store(&self) -> &Arc<crate::store::Store> {
-        &self.store
+    /// The number of workers connected, as it changes.
+    pub(crate) fn worker_count(&self) -> watch::Receiver<usize> {
+        self.workers.subscribe()
+    }
+
+    /// Cancelled when shutdown begins.
+    pub(crate) fn shutdown_token(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
+    /// Waits for the tasks of requests, jobs, watchers and sessions, up to
+    /// `until`; false if some still run then.
+    pub(crate) async fn drain_tasks(&self, until: tokio::time::Instant) -> bool {
+        self.tasks.close();
+        tokio::time::timeout_at(until, self.tasks.wait())
+            .await
+            .is_ok()
     }
 
     /// The client tokens (the HTTP endpoint's `/api` checks them too).
@@ -338,7 +333,7 @@ fn close_status(reason: &LossReason) -> Option<Status> {
 }
 /// Declares silent and stuck workers lost, fails requests left without
 /// workers, and publishes queue depths.
-async fn housekeeping(shared: Arc<Shared>) {
+pub(crate) async fn housekeeping(shared: Arc<Shared>) {
     let interval = shared.config.heartbeat_interval;
     let mut tick = tokio::time::interval((interval / 2).max(Duration::from_millis(10)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

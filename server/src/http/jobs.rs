@@ -4,8 +4,12 @@
 //!
 //! - `POST /api/v1/jobs?priority=bulk&name=NAME&order=input|any`: the
 //!   body is a puzzle file (classic or JSON Lines, as `colball solve`
-//!   reads); `order=any` lets results come as they are solved; 201 with
-//!   `{"id": ..., "puzzles": N, "durable": B}` once every puzzle is stored;
+//!   reads), read as it arrives and stored a chunk at a time, so an upload
+//!   of any size holds one chunk in memory (its size is bounded by
+//!   `--max-job-puzzles`); a line that does not parse ends it with 400
+//!   naming the line, and nothing of it is kept; `order=any` lets results
+//!   come as they are solved; 201 with `{"id": ..., "puzzles": N,
+//!   "durable": B}` once every puzzle is stored;
 //! - `GET /api/v1/jobs`: the caller's jobs, newest first;
 //! - `GET /api/v1/jobs/ID`: one job;
 //! - `GET /api/v1/jobs/ID/results?from=N&follow=1`: its results in input
@@ -20,40 +24,36 @@
 //! there is one), the framework's own refusals included.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use axum::Router;
-use axum::body::{Body, Bytes};
-use axum::extract::{ConnectInfo, DefaultBodyLimit, FromRequestParts, Path, Query, State};
+use axum::body::Body;
+use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{any, get};
-use colball_proto::puzzle_to_wire;
 use colball_proto::v1::{self, puzzle_result};
-use colball_solver::format::{Format, classic, jsonl};
+use colball_solver::format::{Read, Reader, jsonl};
 use serde::Deserialize;
 use serde_json::json;
-use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
 
-use crate::coordinator::{Shared, jobs};
-use crate::store::JobRow;
+use crate::app::App;
+use crate::jobs::{Entry, JobError, JobRow, StoreError, SubmitError};
 
-/// Largest request body: a puzzle file of about 4 million 4x4 puzzles.
-/// Bigger sets go through the gRPC `Submit`, which streams.
-pub const MAX_BODY_BYTES: usize = 256 << 20;
+/// Puzzles of an upload stored at a time.
+const CHUNK: usize = 4096;
 
-pub fn router(shared: Arc<Shared>) -> Router {
+pub fn router(app: App) -> Router {
     Router::new()
         .route("/api/v1/jobs", get(list).post(submit))
         .route("/api/v1/jobs/{id}", get(one).delete(remove))
         .route("/api/v1/jobs/{id}/results", get(results))
         .route("/api/v1/{*rest}", any(no_such_route))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::map_response(json_errors))
-        .with_state(shared)
+        .with_state(app)
 }
 
 fn error(code: StatusCode, message: impl Into<String>) -> Response {
@@ -69,8 +69,8 @@ async fn no_such_route() -> Response {
 
 /// Gives every error of the job API one shape, `{"error": "..."}`: those
 /// the handlers write already have it; the others (a query or path that
-/// does not parse, a method the route does not take, a body over the
-/// limit) come from the HTTP framework as plain text, or empty, and are
+/// does not parse, a method the route does not take) come from the HTTP
+/// framework as plain text, or empty, and are
 /// rewritten with the same status and headers.
 async fn json_errors(response: Response) -> Response {
     let status = response.status();
@@ -86,13 +86,10 @@ async fn json_errors(response: Response) -> Response {
         .await
         .map(|b| String::from_utf8_lossy(&b).trim().to_string())
         .unwrap_or_default();
-    let message = match status {
-        StatusCode::PAYLOAD_TOO_LARGE => format!(
-            "the request body is over {} MiB, the most this endpoint takes; submit a bigger set through the gRPC Submit, which streams",
-            MAX_BODY_BYTES >> 20
-        ),
-        _ if text.is_empty() => status.canonical_reason().unwrap_or("error").to_string(),
-        _ => text,
+    let message = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_string()
+    } else {
+        text
     };
     let rewritten = error(status, message);
     parts.headers.remove(header::CONTENT_LENGTH);
@@ -102,16 +99,24 @@ async fn json_errors(response: Response) -> Response {
     Response::from_parts(parts, body)
 }
 
-fn from_status(status: tonic::Status) -> Response {
-    let code = match status.code() {
-        tonic::Code::NotFound => StatusCode::NOT_FOUND,
-        tonic::Code::InvalidArgument => StatusCode::BAD_REQUEST,
-        tonic::Code::ResourceExhausted => StatusCode::PAYLOAD_TOO_LARGE,
-        tonic::Code::Unauthenticated => StatusCode::UNAUTHORIZED,
-        tonic::Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    error(code, status.message())
+impl IntoResponse for JobError {
+    fn into_response(self) -> Response {
+        let code = match &self {
+            JobError::Invalid(_) => StatusCode::BAD_REQUEST,
+            JobError::TooBig(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            JobError::StoreLimit { .. } | JobError::Store(StoreError::Full(_)) => {
+                StatusCode::INSUFFICIENT_STORAGE
+            }
+            JobError::KeyTaken(_) | JobError::Incomplete(_) => StatusCode::CONFLICT,
+            JobError::NotFound(_) => StatusCode::NOT_FOUND,
+            JobError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            JobError::Store(e) => {
+                tracing::error!(error = %e, "job store");
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+        };
+        error(code, self.to_string())
+    }
 }
 
 /// Who calls: the name of the client token it sent, or its IP address
@@ -120,14 +125,11 @@ fn from_status(status: tonic::Status) -> Response {
 /// with 401 before the handler runs.
 struct Caller(String);
 
-impl FromRequestParts<Arc<Shared>> for Caller {
+impl FromRequestParts<App> for Caller {
     type Rejection = Response;
 
-    async fn from_request_parts(
-        parts: &mut Parts,
-        shared: &Arc<Shared>,
-    ) -> Result<Caller, Response> {
-        let check = crate::auth::check_clients(shared.tokens().clone());
+    async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Caller, Response> {
+        let check = crate::auth::check_clients(app.scheduler.tokens().clone());
         match check.verify(crate::http::token_of(&parts.headers, &parts.uri)) {
             Ok(Some(name)) => Ok(Caller(name.to_string())),
             Ok(None) => Ok(Caller(
@@ -162,10 +164,10 @@ struct SubmitQuery {
 }
 
 async fn submit(
-    State(shared): State<Arc<Shared>>,
+    State(app): State<App>,
     Caller(client): Caller,
     Query(q): Query<SubmitQuery>,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     let priority = match q.priority.as_deref() {
         None | Some("bulk") => v1::Priority::Bulk,
@@ -188,35 +190,6 @@ async fn submit(
             );
         }
     };
-    let mut puzzles = Vec::new();
-    match Format::detect(&body) {
-        Format::Classic => match classic::parse(&body) {
-            Ok(cases) => {
-                for (i, case) in cases.iter().enumerate() {
-                    puzzles.push(puzzle_to_wire((i + 1).to_string(), &case.puzzle));
-                }
-            }
-            Err(e) => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    format!("line {}: {}", e.line, e.kind),
-                );
-            }
-        },
-        Format::Jsonl => {
-            for case in jsonl::parse(&body) {
-                match case {
-                    Ok(case) => puzzles.push(puzzle_to_wire(case.id, &case.puzzle)),
-                    Err(e) => {
-                        return error(
-                            StatusCode::BAD_REQUEST,
-                            format!("line {}: {}", e.line, e.message),
-                        );
-                    }
-                }
-            }
-        }
-    }
     let options = v1::JobOptions {
         priority: priority as i32,
         name: q.name,
@@ -225,45 +198,92 @@ async fn submit(
         key: String::new(),
         puzzles: 0,
     };
-    let chunks = tokio_stream::iter([Ok(puzzles)]);
-    match jobs::submit_job(&shared, &client, options, chunks).await {
+    match app.jobs.submit(&client, options, upload(body)).await {
         Ok(row) => (
             StatusCode::CREATED,
-            Json(json!({ "id": row.id(), "puzzles": row.puzzles, "durable": shared.store().durable() })),
+            Json(json!({ "id": row.id(), "puzzles": row.puzzles, "durable": app.jobs.durable() })),
         )
             .into_response(),
-        Err(status) => from_status(status),
+        Err(SubmitError::Job(e)) => e.into_response(),
+        Err(SubmitError::Upload(response)) => response,
     }
 }
 
-async fn list(State(shared): State<Arc<Shared>>, Caller(client): Caller) -> Response {
-    let store = shared.store().clone();
-    match tokio::task::spawn_blocking(move || store.list(&client)).await {
-        Ok(Ok(rows)) => Json(rows.iter().map(job_json).collect::<Vec<_>>()).into_response(),
-        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+/// An upload being read: the body, the reader (until the body ends), and
+/// the puzzles read and not yet handed on.
+struct Upload {
+    body: axum::body::BodyDataStream,
+    reader: Option<Reader>,
+    read: Vec<Read>,
+}
+
+/// The puzzles of an uploaded file as they arrive, up to [`CHUNK`] at a
+/// time; an error (what is wrong and on which line, or a body that broke
+/// off) ends it.
+fn upload(body: Body) -> impl Stream<Item = Result<Vec<Entry>, Response>> + Unpin {
+    let upload = Upload {
+        body: body.into_data_stream(),
+        reader: Some(Reader::new()),
+        read: Vec::new(),
+    };
+    Box::pin(futures_util::stream::unfold(upload, |mut up| async move {
+        loop {
+            if up.read.len() >= CHUNK || (up.reader.is_none() && !up.read.is_empty()) {
+                let n = up.read.len().min(CHUNK);
+                let chunk = up
+                    .read
+                    .drain(..n)
+                    .map(|r| Entry::Puzzle {
+                        id: r.id,
+                        puzzle: r.puzzle,
+                    })
+                    .collect();
+                return Some((Ok(chunk), up));
+            }
+            let reader = up.reader.as_mut()?;
+            let outcome = match up.body.next().await {
+                Some(Ok(piece)) => reader.push(&piece, &mut up.read),
+                Some(Err(e)) => {
+                    up.reader = None;
+                    let message = format!("the request body broke off: {e}");
+                    return Some((Err(error(StatusCode::BAD_REQUEST, message)), up));
+                }
+                None => up
+                    .reader
+                    .take()
+                    .map_or(Ok(()), |reader| reader.finish(&mut up.read)),
+            };
+            if let Err(e) = outcome {
+                up.reader = None;
+                up.read.clear();
+                return Some((Err(error(StatusCode::BAD_REQUEST, e.to_string())), up));
+            }
+        }
+    }))
+}
+
+async fn list(State(app): State<App>, Caller(client): Caller) -> Response {
+    match app.jobs.list(&client).await {
+        Ok(rows) => Json(rows.iter().map(job_json).collect::<Vec<_>>()).into_response(),
+        Err(e) => e.into_response(),
     }
 }
 
-async fn one(
-    State(shared): State<Arc<Shared>>,
-    Caller(client): Caller,
-    Path(id): Path<String>,
-) -> Response {
-    match jobs::owned(&shared, &id, &client).await {
+async fn one(State(app): State<App>, Caller(client): Caller, Path(id): Path<String>) -> Response {
+    match app.jobs.owned(&id, &client).await {
         Ok(row) => Json(job_json(&row)).into_response(),
-        Err(status) => from_status(status),
+        Err(e) => e.into_response(),
     }
 }
 
 async fn remove(
-    State(shared): State<Arc<Shared>>,
+    State(app): State<App>,
     Caller(client): Caller,
     Path(id): Path<String>,
 ) -> Response {
-    match jobs::delete_job(&shared, &id, &client).await {
+    match app.jobs.delete(&id, &client).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(status) => from_status(status),
+        Err(e) => e.into_response(),
     }
 }
 
@@ -276,20 +296,20 @@ struct ResultsQuery {
 }
 
 async fn results(
-    State(shared): State<Arc<Shared>>,
+    State(app): State<App>,
     Caller(client): Caller,
     Path(id): Path<String>,
     Query(q): Query<ResultsQuery>,
 ) -> Response {
-    let row = match jobs::owned(&shared, &id, &client).await {
+    let row = match app.jobs.owned(&id, &client).await {
         Ok(row) => row,
-        Err(status) => return from_status(status),
+        Err(e) => return e.into_response(),
     };
-    let rx = jobs::results_of(&shared, row, q.from, q.follow != 0);
+    let rx = app.jobs.results(row, q.from, q.follow != 0);
     let lines = ReceiverStream::new(rx).map(|r| {
         let line = match r {
             Ok(r) => record(&r),
-            Err(status) => json!({ "error": status.message() }).to_string(),
+            Err(e) => json!({ "error": e.to_string() }).to_string(),
         };
         Ok::<_, std::convert::Infallible>(format!("{line}\n"))
     });
@@ -338,10 +358,13 @@ mod tests {
             "Failed to buffer the request body: length limit exceeded",
         )
             .into_response();
-        let (status, body) = body_of(json_errors(limit).await).await;
-        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
-        let message = body["error"].as_str().unwrap();
-        assert!(message.contains("256 MiB"), "{message}");
+        assert_eq!(
+            body_of(json_errors(limit).await).await,
+            (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                json!({ "error": "Failed to buffer the request body: length limit exceeded" })
+            )
+        );
         let query = (
             StatusCode::BAD_REQUEST,
             "Failed to deserialize query string",

@@ -39,6 +39,7 @@ use tokio::net::TcpListener;
 use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::app::App;
 use crate::coordinator::Shared;
 use crate::coordinator::traffic::{History, MovesCount, Recent};
 use colball_core::WorkerView;
@@ -50,10 +51,10 @@ const STREAM_EVERY: Duration = Duration::from_millis(500);
 const DASHBOARD: &str = include_str!("dashboard.html");
 
 /// Serves until `shutdown`; open dashboard streams end then too.
-pub async fn run(listener: TcpListener, shared: Arc<Shared>, shutdown: CancellationToken) {
+pub async fn run(listener: TcpListener, app: App, shutdown: CancellationToken) {
     let addr = crate::telemetry::addr(listener.local_addr().ok());
     tracing::info!(%addr, "http endpoint listening");
-    let app = router(shared, shutdown.clone());
+    let app = router(app, shutdown.clone());
     let served = axum::serve(
         listener,
         app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
@@ -65,16 +66,18 @@ pub async fn run(listener: TcpListener, shared: Arc<Shared>, shutdown: Cancellat
     }
 }
 
+/// What the endpoint's handlers (all but the job API's) share.
 #[derive(Clone)]
-struct App {
+struct Endpoint {
     shared: Arc<Shared>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 }
 
-fn router(shared: Arc<Shared>, shutdown: CancellationToken) -> Router {
-    let jobs = jobs::router(shared.clone());
-    let app = App {
+fn router(app: App, shutdown: CancellationToken) -> Router {
+    let jobs = jobs::router(app.clone());
+    let shared = app.scheduler;
+    let app = Endpoint {
         metrics: Arc::new(Metrics::new(shared.clone())),
         shared,
         shutdown,
@@ -95,7 +98,7 @@ fn router(shared: Arc<Shared>, shutdown: CancellationToken) -> Router {
 
 /// Refuses an `/api` call without a valid client token (when tokens are
 /// configured) with 401 and the same message the gRPC API gives.
-async fn require_token(State(app): State<App>, request: Request, next: Next) -> Response {
+async fn require_token(State(app): State<Endpoint>, request: Request, next: Next) -> Response {
     let check = crate::auth::check_clients(app.shared.tokens().clone());
     match check.verify(token_of(request.headers(), request.uri())) {
         Ok(_) => next.run(request).await,
@@ -130,7 +133,7 @@ async fn dashboard() -> Html<&'static str> {
     Html(DASHBOARD)
 }
 
-async fn healthz(State(app): State<App>) -> (StatusCode, &'static str) {
+async fn healthz(State(app): State<Endpoint>) -> (StatusCode, &'static str) {
     if app.shutdown.is_cancelled() {
         (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
     } else {
@@ -138,7 +141,7 @@ async fn healthz(State(app): State<App>) -> (StatusCode, &'static str) {
     }
 }
 
-async fn readyz(State(app): State<App>) -> (StatusCode, &'static str) {
+async fn readyz(State(app): State<Endpoint>) -> (StatusCode, &'static str) {
     if app.shutdown.is_cancelled() {
         (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
     } else if app.shared.snapshot().0.workers == 0 {
@@ -240,11 +243,11 @@ fn current(shared: &Shared) -> Status {
     }
 }
 
-async fn status(State(app): State<App>) -> Json<Status> {
+async fn status(State(app): State<Endpoint>) -> Json<Status> {
     Json(current(&app.shared))
 }
 
-async fn stream(State(app): State<App>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+async fn stream(State(app): State<Endpoint>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let mut ticks = tokio::time::interval(STREAM_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let shutdown = app.shutdown.clone();
@@ -260,7 +263,7 @@ async fn stream(State(app): State<App>) -> Sse<impl Stream<Item = Result<Event, 
     Sse::new(events).keep_alive(KeepAlive::default())
 }
 
-async fn metrics(State(app): State<App>, headers: HeaderMap) -> Response {
+async fn metrics(State(app): State<Endpoint>, headers: HeaderMap) -> Response {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     let format = MetricsFormat::negotiate(accept);
     match app.metrics.encode(format) {

@@ -79,16 +79,14 @@ pub fn parse(input: &[u8]) -> Result<Vec<Case>, ParseError> {
 /// The cases of an input, one at a time. After an error it yields nothing.
 pub struct Cases<'a> {
     lines: Box<dyn Iterator<Item = (usize, &'a [u8])> + 'a>,
-    case: usize,
-    last_line: usize,
+    parser: Parser,
     done: bool,
 }
 
 impl std::fmt::Debug for Cases<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cases")
-            .field("case", &self.case)
-            .field("last_line", &self.last_line)
+            .field("parser", &self.parser)
             .field("done", &self.done)
             .finish_non_exhaustive()
     }
@@ -97,21 +95,140 @@ impl std::fmt::Debug for Cases<'_> {
 impl<'a> Cases<'a> {
     pub fn new(input: &'a [u8]) -> Cases<'a> {
         Cases {
-            lines: Box::new(
-                numbered_lines(input).filter(|(_, line)| !line.trim_ascii().is_empty()),
-            ),
-            case: 0,
-            last_line: 0,
+            lines: Box::new(numbered_lines(input)),
+            parser: Parser::default(),
             done: false,
         }
     }
+}
 
-    fn next_case(&mut self) -> Option<Result<Case, ParseError>> {
-        let (line, header) = self.lines.next()?;
+impl Iterator for Cases<'_> {
+    type Item = Result<Case, ParseError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.done {
+            let item = match self.lines.next() {
+                Some((line, text)) => self.parser.line(line, text).transpose(),
+                None => {
+                    self.done = true;
+                    self.parser.finish().err().map(Err)
+                }
+            };
+            if self.parser.ended() || matches!(item, Some(Err(_))) {
+                self.done = true;
+            }
+            if item.is_some() {
+                return item;
+            }
+        }
+        None
+    }
+}
+
+/// The classic format read a line at a time, for input that arrives in
+/// pieces ([`super::Reader`]); [`Cases`] reads whole inputs with it.
+#[derive(Clone, Debug, Default)]
+pub struct Parser {
+    /// The number of the case being read (or last read).
+    case: usize,
+    /// The last non-blank line.
+    last_line: usize,
+    /// Inside a case: its boards so far.
+    reading: Option<Reading>,
+    /// A `0` header ended the input: later lines are ignored.
+    ended: bool,
+}
+
+/// A case whose boards are being read.
+#[derive(Clone, Debug)]
+struct Reading {
+    line: usize,
+    size: Size,
+    which: Which,
+    row: usize,
+    cells: u32,
+    start: Option<Board>,
+}
+
+impl Parser {
+    /// Cases begun so far: the number of the last one.
+    pub fn cases(&self) -> usize {
+        self.case
+    }
+
+    /// Whether a `0` header ended the input.
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// Reads line number `line`; a case once its last row is read. Blank
+    /// lines are skipped; after an error the parser is not to be used.
+    pub fn line(&mut self, line: usize, text: &[u8]) -> Result<Option<Case>, ParseError> {
+        if self.ended || text.trim_ascii().is_empty() {
+            return Ok(None);
+        }
         self.last_line = line;
-        self.case += 1;
+        let Some(mut reading) = self.reading.take() else {
+            self.case += 1;
+            self.reading = self.header(line, text)?;
+            self.ended = self.reading.is_none();
+            return Ok(None);
+        };
         let case = self.case;
-        let err = |kind| Some(Err(ParseError { line, kind }));
+        // Each row is checked as it is read, so a bad row is reported at
+        // its own line even when the file also ends too early.
+        reading.cells |=
+            read_row(reading.size, reading.row, text.trim_ascii()).map_err(|error| ParseError {
+                line,
+                kind: ParseErrorKind::Row {
+                    case,
+                    which: reading.which,
+                    error,
+                },
+            })?;
+        reading.row += 1;
+        if reading.row < reading.size.rows() {
+            self.reading = Some(reading);
+            return Ok(None);
+        }
+        let board = Board::from_packed(reading.size, reading.cells).expect("rows were checked");
+        let Some(start) = reading.start else {
+            self.reading = Some(Reading {
+                which: Which::Target,
+                row: 0,
+                cells: 0,
+                start: Some(board),
+                ..reading
+            });
+            return Ok(None);
+        };
+        let puzzle = Puzzle::new(start, board).expect("both boards were read at one size");
+        Ok(Some(Case {
+            line: reading.line,
+            puzzle,
+        }))
+    }
+
+    /// The input has ended: an error if it ended inside a case.
+    pub fn finish(&self) -> Result<(), ParseError> {
+        match &self.reading {
+            Some(r) if !self.ended => Err(ParseError {
+                line: self.last_line,
+                kind: ParseErrorKind::Truncated {
+                    case: self.case,
+                    which: r.which,
+                    expected: r.size.rows(),
+                    found: r.row,
+                },
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Reads case header `N M`: the case to read, or `None` for `0`.
+    fn header(&self, line: usize, header: &[u8]) -> Result<Option<Reading>, ParseError> {
+        let case = self.case;
+        let err = |kind| Err(ParseError { line, kind });
         let bad_header = || ParseErrorKind::BadHeader {
             case,
             found: excerpt(header),
@@ -136,7 +253,7 @@ impl<'a> Cases<'a> {
             return err(bad_header());
         };
         if rows == 0 {
-            return None;
+            return Ok(None);
         }
         let (Some(cols), 2) = (tokens.get(1).and_then(|t| parse_number(t)), tokens.len()) else {
             return err(bad_header());
@@ -145,56 +262,14 @@ impl<'a> Cases<'a> {
             Ok(size) => size,
             Err(error) => return err(ParseErrorKind::Size { case, error }),
         };
-        let start = match self.board(case, size, Which::Start) {
-            Ok(b) => b,
-            Err(e) => return Some(Err(e)),
-        };
-        let target = match self.board(case, size, Which::Target) {
-            Ok(b) => b,
-            Err(e) => return Some(Err(e)),
-        };
-        let puzzle = Puzzle::new(start, target).expect("both boards were read at one size");
-        Some(Ok(Case { line, puzzle }))
-    }
-
-    fn board(&mut self, case: usize, size: Size, which: Which) -> Result<Board, ParseError> {
-        let mut cells = 0u32;
-        for r in 0..size.rows() {
-            let Some((line, row)) = self.lines.next() else {
-                return Err(ParseError {
-                    line: self.last_line,
-                    kind: ParseErrorKind::Truncated {
-                        case,
-                        which,
-                        expected: size.rows(),
-                        found: r,
-                    },
-                });
-            };
-            self.last_line = line;
-            // Each row is checked as it is read, so a bad row is reported at
-            // its own line even when the file also ends too early.
-            cells |= read_row(size, r, row.trim_ascii()).map_err(|error| ParseError {
-                line,
-                kind: ParseErrorKind::Row { case, which, error },
-            })?;
-        }
-        Ok(Board::from_packed(size, cells).expect("rows were checked"))
-    }
-}
-
-impl Iterator for Cases<'_> {
-    type Item = Result<Case, ParseError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.done {
-            return None;
-        }
-        let item = self.next_case();
-        if !matches!(item, Some(Ok(_))) {
-            self.done = true;
-        }
-        item
+        Ok(Some(Reading {
+            line,
+            size,
+            which: Which::Start,
+            row: 0,
+            cells: 0,
+            start: None,
+        }))
     }
 }
 

@@ -42,29 +42,51 @@ pub struct LineError {
 /// A non-empty id that an earlier line already has (given, or defaulted
 /// to its case number) makes its line an error naming field `id`.
 pub fn parse(input: &[u8]) -> Vec<Result<JsonCase, LineError>> {
-    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut parser = Parser::default();
     numbered_lines(input)
-        .filter(|(_, text)| !text.trim_ascii().is_empty())
-        .enumerate()
-        .map(|(i, (line, text))| {
-            let case = parse_line(line, i + 1, text)?;
-            if case.id.is_empty() {
-                return Ok(case);
-            }
-            if let Some(&first) = seen.get(&case.id) {
-                return Err(LineError {
-                    line,
-                    id: Some(case.id.clone()),
-                    message: format!(
-                        "field id: {:?} is the id of line {first} already (ids must be unique within a file)",
-                        case.id
-                    ),
-                });
-            }
-            seen.insert(case.id.clone(), line);
-            Ok(case)
-        })
+        .filter_map(|(line, text)| parser.line(line, text))
         .collect()
+}
+
+/// JSON Lines read a line at a time, for input that arrives in pieces
+/// ([`super::Reader`]); [`parse`] reads whole inputs with it.
+#[derive(Clone, Debug, Default)]
+pub struct Parser {
+    /// Non-blank lines so far: the case number of the last one.
+    case: usize,
+    /// The line of each non-empty id seen.
+    seen: HashMap<String, usize>,
+}
+
+impl Parser {
+    /// Reads line number `line`: `None` for a blank line, else its case
+    /// or what is wrong with it.
+    pub fn line(&mut self, line: usize, text: &[u8]) -> Option<Result<JsonCase, LineError>> {
+        if text.trim_ascii().is_empty() {
+            return None;
+        }
+        self.case += 1;
+        Some(self.case_of(line, text))
+    }
+
+    fn case_of(&mut self, line: usize, text: &[u8]) -> Result<JsonCase, LineError> {
+        let case = parse_line(line, self.case, text)?;
+        if case.id.is_empty() {
+            return Ok(case);
+        }
+        if let Some(&first) = self.seen.get(&case.id) {
+            return Err(LineError {
+                line,
+                id: Some(case.id.clone()),
+                message: format!(
+                    "field id: {:?} is the id of line {first} already (ids must be unique within a file)",
+                    case.id
+                ),
+            });
+        }
+        self.seen.insert(case.id.clone(), line);
+        Ok(case)
+    }
 }
 
 /// What a JSON value is, for messages.

@@ -2,6 +2,9 @@
 
 pub mod classic;
 pub mod jsonl;
+pub mod reader;
+
+pub use reader::{Read, ReadError, Reader};
 
 /// An input format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -21,7 +24,7 @@ impl Format {
 }
 
 /// The UTF-8 byte-order mark some editors write at the start of a file.
-const BOM: &[u8] = b"\xEF\xBB\xBF";
+pub(crate) const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// `input` without a leading UTF-8 byte-order mark.
 pub fn strip_bom(input: &[u8]) -> &[u8] {

@@ -1,27 +1,30 @@
-//! The job store: jobs, their puzzles and their results in SQLite.
+//! The SQLite job store.
 //!
 //! With `--data-dir DIR` the database is `DIR/colball.sqlite3`, in WAL
 //! mode with `synchronous = FULL`, so a transaction that returned is on
 //! disk: a job is acknowledged only after its puzzles' transaction, and a
-//! result is streamed to a client only after its own. Without a data dir
-//! the same code runs on an in-memory database, lost on restart. A user
-//! can open the file with `sqlite3` to look inside (the schema is below);
+//! result is streamed to a client only after its own. A user can open the
+//! file with `sqlite3` to look inside (the schema is below);
 //! `sqlite3 colball.sqlite3 ".backup copy.sqlite3"` copies it safely while
 //! the coordinator runs.
 //!
-//! Every call blocks; the driver runs them off the async threads. One
-//! connection behind a mutex serves all: writes are grouped by the caller
-//! (many results per transaction), so the lock is taken per group, not
-//! per puzzle.
+//! [`Database`] is the plain, blocking store; [`SqliteStore`] serves it
+//! through the [`JobStore`] interface, each call on a blocking thread
+//! ([`SqliteStore::call`], the one way there). One connection behind a
+//! mutex serves all: writes are grouped by the caller (many results per
+//! transaction), so the lock is taken per group, not per puzzle.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use async_trait::async_trait;
 use colball_proto::prost::Message;
-use colball_proto::{egress, v1};
+use colball_proto::v1;
 use colball_solver::{Board, Puzzle, Size};
 use rusqlite::{Connection, OptionalExtension, params};
+
+use super::{Entry, JobRow, JobState, JobStore, NewJob, Pending, StoreError, ToWrite, id_of};
 
 /// The start of every query that reads whole job rows: its columns are the
 /// ones [`row`] reads, in its order.
@@ -74,92 +77,6 @@ CREATE TABLE IF NOT EXISTS results (
 ) WITHOUT ROWID;
 ";
 
-/// A job's state as stored (the wire `JobState` numbers, and 0 while its
-/// puzzles are still arriving: such a job was never acknowledged).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum JobState {
-    Receiving = 0,
-    Queued = 1,
-    Running = 2,
-    Done = 3,
-    Cancelled = 4,
-    Failed = 5,
-}
-
-impl JobState {
-    fn from_db(n: i64) -> JobState {
-        match n {
-            1 => JobState::Queued,
-            2 => JobState::Running,
-            3 => JobState::Done,
-            4 => JobState::Cancelled,
-            5 => JobState::Failed,
-            _ => JobState::Receiving,
-        }
-    }
-
-    pub fn finished(self) -> bool {
-        matches!(
-            self,
-            JobState::Done | JobState::Cancelled | JobState::Failed
-        )
-    }
-}
-
-/// A job's row.
-#[derive(Clone, Debug)]
-pub struct JobRow {
-    pub seq: i64,
-    /// The id clients use (see [`Store::job_seq`]).
-    pub id: String,
-    pub owner: String,
-    pub name: String,
-    pub priority: i32,
-    pub state: JobState,
-    pub puzzles: u64,
-    pub solved: u64,
-    pub errors: u64,
-    pub created_ms: i64,
-    pub finished_ms: i64,
-    pub failure: String,
-    /// Fail the job when no worker is connected for the grace period
-    /// (`JobOptions.fail_without_workers`).
-    pub fail_fast: bool,
-    /// Results are read in the order they were stored, not input order
-    /// (`JobOptions.any_order`).
-    pub any_order: bool,
-}
-
-impl JobRow {
-    pub fn id(&self) -> String {
-        self.id.clone()
-    }
-
-    pub fn to_wire(&self) -> v1::Job {
-        v1::Job {
-            id: self.id(),
-            name: self.name.clone(),
-            state: self.state as i32,
-            priority: self.priority,
-            puzzles: self.puzzles,
-            solved: self.solved,
-            errors: self.errors,
-            remaining: self.puzzles.saturating_sub(self.solved + self.errors),
-            created_unix_ms: self.created_ms,
-            finished_unix_ms: self.finished_ms,
-            failure: self.failure.clone(),
-            any_order: self.any_order,
-        }
-    }
-}
-
-/// A job's options as stored.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct JobFlags {
-    pub fail_fast: bool,
-    pub any_order: bool,
-}
-
 /// Where a job's next stored result goes in its stored order: `Some(None)`
 /// for a job read in input order, `None` for a job that no longer exists
 /// (deleted while its results were on their way).
@@ -171,43 +88,19 @@ fn next_pos(tx: &rusqlite::Transaction<'_>, job: i64) -> Result<Option<Option<i6
     Ok(row.map(|(any_order, stored)| any_order.then_some(stored)))
 }
 
-/// One puzzle of a job as submitted: parsed, or the error result it gets.
-#[derive(Debug)]
-pub enum Entry {
-    Puzzle { id: String, puzzle: Puzzle },
-    Invalid(v1::PuzzleResult),
-}
-
-/// The store could not be used.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("the job database {path}: {reason}")]
-    Open { path: String, reason: String },
-    #[error("the job store failed: {0}")]
-    Sql(rusqlite::Error),
-    /// SQLite's "database or disk is full": past its cap (twice
-    /// `--max-store-mib`) or out of disk.
-    #[error(
-        "the job store is full: the database may not grow past twice --max-store-mib, or the disk is full ({0})"
-    )]
-    Full(rusqlite::Error),
-    #[error("the job store's task failed: {0}")]
-    Task(String),
-}
-
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> StoreError {
         if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
-            StoreError::Full(e)
+            StoreError::Full(e.to_string())
         } else {
-            StoreError::Sql(e)
+            StoreError::Backend(e.to_string())
         }
     }
 }
 
 /// See the module documentation.
 #[derive(Debug)]
-pub struct Store {
+pub struct Database {
     conn: Mutex<Connection>,
     path: Option<PathBuf>,
     /// This database's random key, made when it was created: the tail of
@@ -227,12 +120,12 @@ fn unpack(size: i64, start: i64, target: i64) -> Option<Puzzle> {
     Puzzle::new(start, target).ok()
 }
 
-impl Store {
+impl Database {
     /// Opens (or creates) the database in `dir`, or an in-memory one, that
     /// may not grow past `cap` bytes (then writes fail with
     /// [`StoreError::Full`]). A file that is not a database, is damaged, or
     /// cannot be written is an error naming the file and what is wrong.
-    pub fn open(dir: Option<&Path>, cap: Option<u64>) -> Result<Store, StoreError> {
+    pub fn open(dir: Option<&Path>, cap: Option<u64>) -> Result<Database, StoreError> {
         let path = dir.map(|d| d.join(FILE_NAME));
         let shown = path
             .as_ref()
@@ -302,7 +195,7 @@ impl Store {
                 [],
             )?;
             conn.execute("DELETE FROM jobs WHERE state = 0", [])?;
-            let fresh = format!("{:012x}", rand::random::<u64>() >> 16);
+            let fresh = super::instance_key();
             conn.execute(
                 "INSERT OR IGNORE INTO meta (key, value) VALUES ('instance', ?1)",
                 [fresh],
@@ -326,7 +219,7 @@ impl Store {
             Err(Problem::Damaged(problem)) => return Err(fail(problem)),
             Err(Problem::Sql(e)) => return Err(fail(e.to_string())),
         };
-        Ok(Store {
+        Ok(Database {
             conn: Mutex::new(conn),
             path,
             instance,
@@ -340,11 +233,7 @@ impl Store {
 
     /// The number of a job id of this database, if it is one.
     pub fn job_seq(&self, id: &str) -> Option<i64> {
-        let (seq, instance) = id.strip_prefix('j')?.split_once('-')?;
-        if instance != self.instance {
-            return None;
-        }
-        seq.parse().ok().filter(|n| *n > 0)
+        super::seq_of(id, &self.instance)
     }
 
     /// Whether the jobs outlive the process (the database is a file).
@@ -362,19 +251,12 @@ impl Store {
     }
 
     /// Starts a job whose puzzles are about to arrive.
-    pub fn create(
-        &self,
-        owner: &str,
-        name: &str,
-        priority: i32,
-        flags: JobFlags,
-        now_ms: i64,
-    ) -> Result<i64, StoreError> {
+    pub fn create(&self, job: &NewJob) -> Result<i64, StoreError> {
         let conn = self.conn();
         conn.prepare_cached(
             "INSERT INTO jobs (owner, name, priority, state, puzzles, created_ms, fail_fast, any_order) VALUES (?1, ?2, ?3, 0, 0, ?4, ?5, ?6)",
         )?
-        .execute(params![owner, name, priority, now_ms, flags.fail_fast, flags.any_order])?;
+        .execute(params![job.owner, job.name, job.priority, job.created_ms, job.fail_fast, job.any_order])?;
         Ok(conn.last_insert_rowid())
     }
 
@@ -441,8 +323,7 @@ impl Store {
         )?
         .execute(params![job, now_ms])?;
         drop(conn);
-        self.job(job)?
-            .ok_or(StoreError::Sql(rusqlite::Error::QueryReturnedNoRows))
+        self.job(job)?.ok_or(StoreError::NoSuchJob(job))
     }
 
     /// Bytes the database's data takes: its pages less the free ones
@@ -543,7 +424,7 @@ impl Store {
         job: i64,
         after: Option<u64>,
         limit: usize,
-    ) -> Result<Vec<(u64, String, Puzzle)>, StoreError> {
+    ) -> Result<Vec<Pending>, StoreError> {
         let conn = self.conn();
         let mut q = conn.prepare_cached(
             "SELECT p.idx, p.id, p.size, p.start, p.target FROM puzzles p
@@ -574,10 +455,7 @@ impl Store {
     /// Stores results (grouped: one transaction for all of them). A result
     /// already stored is kept. Returns, for each result, whether it was
     /// stored (`false` for a repeat, or a result of a deleted job).
-    pub fn put_results(
-        &self,
-        results: &[(i64, egress::PuzzleResult)],
-    ) -> Result<Vec<bool>, StoreError> {
+    pub fn put_results(&self, results: &[ToWrite]) -> Result<Vec<bool>, StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
         let mut new = vec![false; results.len()];
@@ -685,10 +563,6 @@ impl Store {
     }
 }
 
-fn id_of(seq: i64, instance: &str) -> String {
-    format!("j{seq}-{instance}")
-}
-
 fn row(r: &rusqlite::Row<'_>, instance: &str) -> rusqlite::Result<JobRow> {
     let seq = r.get(0)?;
     Ok(JobRow {
@@ -697,7 +571,7 @@ fn row(r: &rusqlite::Row<'_>, instance: &str) -> rusqlite::Result<JobRow> {
         owner: r.get(1)?,
         name: r.get(2)?,
         priority: r.get(3)?,
-        state: JobState::from_db(r.get(4)?),
+        state: JobState::from_number(r.get(4)?),
         puzzles: r.get::<_, i64>(5)? as u64,
         solved: r.get::<_, i64>(6)? as u64,
         errors: r.get::<_, i64>(7)? as u64,
@@ -709,174 +583,176 @@ fn row(r: &rusqlite::Row<'_>, instance: &str) -> rusqlite::Result<JobRow> {
     })
 }
 
+/// [`Database`] behind the [`JobStore`] interface.
+#[derive(Clone, Debug)]
+pub struct SqliteStore {
+    db: Arc<Database>,
+}
+
+impl SqliteStore {
+    /// Opens the database in `dir`, or an in-memory one (see
+    /// [`Database::open`]).
+    pub fn open(dir: Option<&Path>, cap: Option<u64>) -> Result<SqliteStore, StoreError> {
+        Ok(SqliteStore {
+            db: Arc::new(Database::open(dir, cap)?),
+        })
+    }
+
+    /// Runs `f` on the database on a blocking thread: every call of the
+    /// store goes this way, off the async threads.
+    async fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Database) -> T + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || f(&db))
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))
+    }
+}
+
+#[async_trait]
+impl JobStore for SqliteStore {
+    fn durable(&self) -> bool {
+        self.db.path().is_some()
+    }
+
+    fn job_id(&self, seq: i64) -> String {
+        self.db.job_id(seq)
+    }
+
+    fn job_seq(&self, id: &str) -> Option<i64> {
+        self.db.job_seq(id)
+    }
+
+    async fn create(&self, job: NewJob) -> Result<i64, StoreError> {
+        self.call(move |db| db.create(&job)).await?
+    }
+
+    async fn add(&self, job: i64, first: u64, entries: Vec<Entry>) -> Result<(), StoreError> {
+        self.call(move |db| db.add(job, first, &entries)).await?
+    }
+
+    async fn seal(&self, job: i64, now_ms: i64) -> Result<JobRow, StoreError> {
+        self.call(move |db| db.seal(job, now_ms)).await?
+    }
+
+    async fn size_bytes(&self) -> Result<u64, StoreError> {
+        self.call(Database::size_bytes).await?
+    }
+
+    async fn expire(&self, before_ms: i64) -> Result<usize, StoreError> {
+        self.call(move |db| db.expire(before_ms)).await?
+    }
+
+    async fn delete(&self, job: i64) -> Result<(), StoreError> {
+        self.call(move |db| db.delete(job)).await?
+    }
+
+    async fn job(&self, job: i64) -> Result<Option<JobRow>, StoreError> {
+        self.call(move |db| db.job(job)).await?
+    }
+
+    async fn list(&self, owner: &str) -> Result<Vec<JobRow>, StoreError> {
+        let owner = owner.to_string();
+        self.call(move |db| db.list(&owner)).await?
+    }
+
+    async fn unfinished(&self) -> Result<Vec<JobRow>, StoreError> {
+        self.call(Database::unfinished).await?
+    }
+
+    async fn set_state(
+        &self,
+        job: i64,
+        state: JobState,
+        failure: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let failure = failure.to_string();
+        self.call(move |db| db.set_state(job, state, &failure, now_ms))
+            .await?
+    }
+
+    async fn pending(
+        &self,
+        job: i64,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Pending>, StoreError> {
+        self.call(move |db| db.pending(job, after, limit)).await?
+    }
+
+    async fn put_results(
+        &self,
+        results: Vec<ToWrite>,
+    ) -> (Vec<ToWrite>, Result<Vec<bool>, StoreError>) {
+        match self
+            .call(move |db| {
+                let outcome = db.put_results(&results);
+                (results, outcome)
+            })
+            .await
+        {
+            Ok(done) => done,
+            // The blocking task itself failed, and took the results with it.
+            Err(e) => (Vec::new(), Err(e)),
+        }
+    }
+
+    async fn results(
+        &self,
+        job: i64,
+        from: u64,
+        limit: usize,
+        stored_order: bool,
+    ) -> Result<Vec<v1::PuzzleResult>, StoreError> {
+        self.call(move |db| db.results(job, from, limit, stored_order))
+            .await?
+    }
+
+    async fn results_after(
+        &self,
+        job: i64,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<v1::PuzzleResult>, StoreError> {
+        self.call(move |db| db.results_after(job, from, limit))
+            .await?
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::super::conformance::{entries, new_job};
     use super::*;
-    use colball_solver::generate::Generator;
-
-    fn entries(n: usize) -> Vec<Entry> {
-        let mut g = Generator::new(4);
-        (0..n)
-            .map(|i| Entry::Puzzle {
-                id: format!("p{i}"),
-                puzzle: g.uniform(Size::ALL[i % Size::ALL.len()]),
-            })
-            .collect()
-    }
-
-    fn solved(index: u64) -> egress::PuzzleResult {
-        v1::PuzzleResult {
-            id: format!("p{index}"),
-            index,
-            outcome: Some(v1::puzzle_result::Outcome::Solved(v1::Solved {
-                moves: 3,
-                ..Default::default()
-            })),
-        }
-        .into()
-    }
 
     #[test]
-    fn an_any_order_job_reads_its_results_in_the_order_they_were_stored() {
-        let s = Store::open(None, None).unwrap();
-        let flags = JobFlags {
-            any_order: true,
-            ..JobFlags::default()
-        };
-        let job = s.create("a", "", 3, flags, 1).unwrap();
-        s.add(job, 0, &entries(6)).unwrap();
-        s.seal(job, 1).unwrap();
-        let order = [4, 1, 5, 0, 3, 2];
-        s.put_results(&[(job, solved(4)), (job, solved(1))])
-            .unwrap();
-        // A repeat is ignored and takes no place in the order.
-        let rest: Vec<_> = [1, 5, 0, 3, 2].iter().map(|&i| (job, solved(i))).collect();
-        assert_eq!(
-            s.put_results(&rest).unwrap(),
-            [false, true, true, true, true]
-        );
-        let read = |from| -> Vec<u64> {
-            s.results(job, from, 100, true)
-                .unwrap()
-                .iter()
-                .map(|r| r.index)
-                .collect()
-        };
-        assert_eq!(read(0), order);
-        assert_eq!(read(4), order[4..]);
-        // In input order nothing is missing either.
-        assert_eq!(s.results(job, 0, 100, false).unwrap().len(), 6);
-    }
-
-    #[test]
-    fn a_capped_store_refuses_writes_past_its_cap_and_reuses_freed_room() {
-        let cap = 256 * 1024;
-        let s = Store::open(None, Some(cap)).unwrap();
-        let empty = s.size_bytes().unwrap();
-        let mut jobs = Vec::new();
-        let full = loop {
-            let job = s.create("a", "", 3, JobFlags::default(), 1).unwrap();
-            jobs.push(job);
-            let stored = s.add(job, 0, &entries(500)).and_then(|()| {
-                let results: Vec<_> = (0..500).map(|i| (job, solved(i))).collect();
-                s.put_results(&results)
-            });
-            match stored {
-                Ok(_) => assert!(jobs.len() < 100, "never full"),
-                Err(e) => break e,
-            }
-        };
-        assert!(matches!(full, StoreError::Full(_)), "{full}");
-        assert!(full.to_string().contains("--max-store-mib"), "{full}");
-        let size = s.size_bytes().unwrap();
-        assert!(size <= cap && size > cap / 2, "{size} of {cap}");
-        // Deleting jobs frees their pages: the data shrinks and fits again.
-        for job in &jobs {
-            s.delete(*job).unwrap();
-        }
-        assert!(s.size_bytes().unwrap() <= empty + 8192);
-        let job = s.create("a", "", 3, JobFlags::default(), 1).unwrap();
-        s.add(job, 0, &entries(500)).unwrap();
-    }
-
-    #[test]
-    fn jobs_round_trip_and_survive_a_reopen() {
+    fn jobs_survive_a_reopen_and_unacknowledged_ones_do_not() {
         let dir = std::env::temp_dir().join(format!("colball-store-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let s = Store::open(Some(&dir), None).unwrap();
-        let job = s
-            .create("alice", "night run", 3, JobFlags::default(), 1)
-            .unwrap();
-        let all = entries(10);
-        s.add(job, 0, &all[..6]).unwrap();
-        s.add(job, 6, &all[6..]).unwrap();
-        // An unacknowledged job is not listed.
-        assert!(s.list("alice").unwrap().is_empty());
-        let row = s.seal(job, 2).unwrap();
-        assert_eq!((row.state, row.puzzles), (JobState::Running, 10));
-        let pending = s.pending(job, None, 4).unwrap();
-        assert_eq!(
-            pending.iter().map(|p| p.0).collect::<Vec<_>>(),
-            vec![0, 1, 2, 3]
-        );
-        for (p, e) in pending.iter().zip(&all) {
-            let Entry::Puzzle { puzzle, .. } = e else {
-                unreachable!()
-            };
-            assert_eq!(&p.2, puzzle, "puzzles come back as they went in");
-        }
-        assert_eq!(
-            s.put_results(&[(job, solved(0)), (job, solved(1)), (job, solved(3))])
-                .unwrap(),
-            [true; 3]
-        );
-        assert_eq!(
-            s.put_results(&[(job, solved(1))]).unwrap(),
-            [false],
-            "kept once"
-        );
-        // One group over two jobs, an error among them and a repeat: each
-        // job counts its own new results once.
-        let other = s.create("carol", "", 3, JobFlags::default(), 1).unwrap();
-        s.add(other, 0, &all[..3]).unwrap();
-        s.seal(other, 2).unwrap();
-        let failed = egress::PuzzleResult::failed("p1".into(), 1, "no worker".into());
-        let group = [
-            (other, solved(0)),
-            (job, solved(0)),
-            (other, failed),
-            (other, solved(2)),
-        ];
-        assert_eq!(s.put_results(&group).unwrap(), [true, false, true, true]);
-        let row = s.job(other).unwrap().unwrap();
-        assert_eq!((row.solved, row.errors), (2, 1));
-        s.delete(other).unwrap();
-        // Results in order up to the first gap.
-        assert_eq!(s.results(job, 0, 100, false).unwrap().len(), 2);
-        assert_eq!(s.results(job, 3, 100, false).unwrap().len(), 1);
-        assert_eq!(s.pending(job, None, 100).unwrap().len(), 7);
-        assert_eq!(s.pending(job, Some(3), 100).unwrap()[0].0, 4);
+        let s = Database::open(Some(&dir), None).unwrap();
+        let job = s.create(&new_job("alice")).unwrap();
+        s.add(job, 0, &entries(10)).unwrap();
+        s.seal(job, 2).unwrap();
+        let result = colball_proto::egress::PuzzleResult::failed("p1".into(), 1, "no".into());
+        assert_eq!(s.put_results(&[(job, result)]).unwrap(), [true]);
+        let half = s.create(&new_job("bob")).unwrap();
+        s.add(half, 0, &entries(2)).unwrap();
+        let id = s.job_id(job);
         drop(s);
-        let s = Store::open(Some(&dir), None).unwrap();
+        let s = Database::open(Some(&dir), None).unwrap();
         let row = s.job(job).unwrap().unwrap();
         assert_eq!(
-            (row.solved, row.errors, row.owner.as_str()),
-            (3, 0, "alice")
+            (row.puzzles, row.solved, row.errors, row.owner.as_str()),
+            (10, 0, 1, "alice")
         );
+        assert_eq!(s.job_seq(&id), Some(job), "ids stay valid");
         assert_eq!(s.unfinished().unwrap().len(), 1);
+        assert_eq!(s.pending(job, None, 100).unwrap().len(), 9);
         // A job whose puzzles never all arrived is gone after a reopen.
-        let half = s.create("bob", "", 3, JobFlags::default(), 3).unwrap();
-        s.add(half, 0, &all[..2]).unwrap();
-        drop(s);
-        let s = Store::open(Some(&dir), None).unwrap();
         assert!(s.job(half).unwrap().is_none());
-        assert!(s.size_bytes().unwrap() > 0);
-        // Retention: only finished jobs, finished before the cut, go.
-        assert_eq!(s.expire(i64::MAX).unwrap(), 0, "the job is not finished");
-        s.set_state(job, JobState::Done, "", 100).unwrap();
-        assert_eq!(s.expire(100).unwrap(), 0, "finished at the cut, not before");
-        assert_eq!(s.expire(101).unwrap(), 1);
-        assert!(s.job(job).unwrap().is_none());
+        assert_eq!(s.pending(half, None, 100).unwrap().len(), 0);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -889,7 +765,7 @@ mod tests {
             b"this is not a database, just some text".repeat(200),
         )
         .unwrap();
-        let e = Store::open(Some(&dir), None).unwrap_err().to_string();
+        let e = Database::open(Some(&dir), None).unwrap_err().to_string();
         assert!(e.contains(FILE_NAME), "{e}");
         assert!(e.contains("not a database"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();

@@ -2,8 +2,10 @@
 //! client-facing `colball.v1.Solver` ([`solver`], with `Grade` in
 //! [`grade`]) and `colball.v1.Jobs` ([`jobs`]), the worker-facing
 //! `colball.v1.Workers` ([`workers`]), `grpc.health.v1` and server
-//! reflection. Each turns calls into operations on the [`Shared`] driver
-//! and adds no policy of its own.
+//! reflection. Each turns calls into operations on the scheduler's driver
+//! or the jobs and adds no policy of its own. Their errors become gRPC
+//! statuses here, in one place each (`From<ServerError>` below,
+//! `From<JobError>` in [`jobs`]).
 
 mod grade;
 mod jobs;
@@ -22,12 +24,14 @@ use tokio::net::TcpListener;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
-use tonic::Request;
 use tonic::service::interceptor::InterceptedService;
+use tonic::{Code, Request, Status};
 
-use super::{Config, Shared, StartError, housekeeping};
+use crate::app::App;
 use crate::auth::{self, Identity, Role};
+use crate::coordinator::{Config, Shared, StartError, housekeeping};
 use crate::error::ServerError;
+use colball_core::RegisterError;
 use solver::SolverService;
 use workers::WorkersService;
 
@@ -38,8 +42,8 @@ pub async fn run(
     config: Config,
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
-    let shared = Shared::new(config, shutdown.clone())?;
-    serve(listener, shared, shutdown).await?;
+    let app = App::start(config, shutdown.clone())?;
+    serve(listener, app, shutdown).await?;
     Ok(())
 }
 
@@ -52,33 +56,17 @@ pub enum RunError {
     Transport(#[from] tonic::transport::Error),
 }
 
-/// Serves the services of `shared` on `listener` until `shutdown`.
+/// Serves the services of `app` on `listener` until `shutdown`.
 pub async fn serve(
     listener: TcpListener,
-    shared: Arc<Shared>,
+    app: App,
     shutdown: CancellationToken,
 ) -> Result<(), tonic::transport::Error> {
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "coordinator listening");
     }
+    let shared = app.scheduler.clone();
     let housekeeping = tokio::spawn(housekeeping(shared.clone()));
-    let writer_rx = shared
-        .writer_rx
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .take();
-    if let Some(rx) = writer_rx {
-        // The writer ends with the process (its sender lives in `shared`).
-        tokio::spawn(super::jobs::writer(shared.clone(), rx));
-        shared.spawn(
-            tracing::info_span!("jobs"),
-            super::jobs::resume(shared.clone()),
-        );
-        shared.spawn(
-            tracing::info_span!("jobs"),
-            super::jobs::retention(shared.clone()),
-        );
-    }
     let drain_timeout = shared.config.drain_timeout;
     // When the drain ends: `drain_timeout` after the shutdown began.
     let drain_until = Arc::new(std::sync::OnceLock::new());
@@ -106,7 +94,7 @@ pub async fn serve(
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let job_service = v1::jobs_server::JobsServer::new(jobs::JobsService {
-        shared: shared.clone(),
+        jobs: app.jobs.clone(),
     })
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -156,17 +144,13 @@ pub async fn serve(
     };
     // The requests', jobs' and sessions' own tasks end with their streams;
     // what is still running at the deadline is dropped with the runtime.
-    shared.tasks.close();
     let until = drain_until
         .get()
         .copied()
         .unwrap_or_else(|| tokio::time::Instant::now() + drain_timeout);
-    if tokio::time::timeout_at(until, shared.tasks.wait())
-        .await
-        .is_err()
-    {
+    if !shared.drain_tasks(until).await {
         tracing::warn!(
-            tasks = shared.tasks.len(),
+            tasks = shared.running_tasks(),
             "drain timeout passed with tasks still running"
         );
     }
@@ -253,6 +237,30 @@ async fn report_health(shared: Arc<Shared>, mut health: tonic_health::server::He
         health.clear_service_status(service).await;
     }
 }
+impl From<ServerError> for Status {
+    fn from(e: ServerError) -> Status {
+        let code = match &e {
+            ServerError::InvalidPuzzle(_)
+            | ServerError::InvalidBatch(_)
+            | ServerError::MissingPuzzle
+            | ServerError::BadSession(_)
+            | ServerError::BadPriority(_) => Code::InvalidArgument,
+            ServerError::Register(RegisterError::Slots { .. }) => Code::InvalidArgument,
+            ServerError::Register(RegisterError::Quarantined { .. }) => Code::PermissionDenied,
+            ServerError::Admit(_)
+            | ServerError::BatchTooLarge { .. }
+            | ServerError::TooManyBatches { .. } => Code::ResourceExhausted,
+            ServerError::NoWorkers { .. } | ServerError::ShuttingDown => Code::Unavailable,
+            ServerError::DeadlineExceeded => Code::DeadlineExceeded,
+            ServerError::VersionMismatch { .. } => Code::FailedPrecondition,
+        };
+        if let ServerError::ShuttingDown = e {
+            return colball_proto::reason::shutting_down(e.to_string());
+        }
+        Status::new(code, e.to_string())
+    }
+}
+
 /// The client a call counts for: its token's name, or its IP address.
 fn client_of<T>(request: &Request<T>) -> String {
     if let Some(Identity(name)) = request.extensions().get::<Identity>() {

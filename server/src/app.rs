@@ -1,0 +1,29 @@
+//! The coordinator's parts, as its two APIs serve them: the scheduler's
+//! driver ([`Shared`]) and the jobs subsystem ([`Jobs`]) over its store.
+//! [`crate::grpc::serve`] and [`crate::http::run`] both take an [`App`].
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::coordinator::{Config, Shared, StartError};
+use crate::jobs::{Jobs, store};
+
+/// See the module documentation.
+#[derive(Clone, Debug)]
+pub struct App {
+    pub scheduler: Arc<Shared>,
+    pub jobs: Arc<Jobs>,
+}
+
+impl App {
+    /// Checks `config`, reads the client tokens, opens the job store (on
+    /// disk with `--data-dir`, else in memory) and starts the jobs (taking
+    /// up unfinished ones). Needs a tokio runtime.
+    pub fn start(config: Config, shutdown: CancellationToken) -> Result<App, StartError> {
+        let store = store::open(config.data_dir.as_deref(), config.max_store_bytes)?;
+        let scheduler = Shared::new(config, shutdown)?;
+        let jobs = Jobs::start(scheduler.clone(), store, &scheduler.config);
+        Ok(App { scheduler, jobs })
+    }
+}

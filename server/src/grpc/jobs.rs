@@ -1,0 +1,149 @@
+//! `colball.v1.Jobs`: durable jobs over gRPC. The jobs themselves are
+//! [`crate::jobs`]; this service reads the calls, turns `Submit`'s stream
+//! into chunks of puzzles, and maps [`JobError`] to statuses.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use colball_proto::puzzle_from_wire;
+use colball_proto::v1::jobs_server::Jobs as JobsRpc;
+use colball_proto::v1::{self, submit_request};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+
+use super::client_of;
+use crate::jobs::{Entry, JobError, Jobs, StoreError, SubmitError};
+
+/// The client-facing job service.
+#[derive(Debug)]
+pub struct JobsService {
+    pub jobs: Arc<Jobs>,
+}
+
+type ResultStream = Pin<Box<dyn Stream<Item = Result<v1::PuzzleResult, Status>> + Send>>;
+
+impl From<JobError> for Status {
+    fn from(e: JobError) -> Status {
+        match e {
+            JobError::Invalid(m) => Status::invalid_argument(m),
+            JobError::TooBig(_) | JobError::StoreLimit { .. } => {
+                Status::resource_exhausted(e.to_string())
+            }
+            JobError::KeyTaken(m) => Status::already_exists(m),
+            JobError::NotFound(m) => Status::not_found(m),
+            JobError::Incomplete(m) => Status::aborted(m),
+            JobError::ShuttingDown => colball_proto::reason::shutting_down(e.to_string()),
+            JobError::Store(e) => {
+                tracing::error!(error = %e, "job store");
+                match e {
+                    StoreError::Full(_) => Status::resource_exhausted(e.to_string()),
+                    _ => Status::internal(e.to_string()),
+                }
+            }
+        }
+    }
+}
+
+/// A chunk of `Submit`'s puzzles, read: each puzzle parsed, or the error
+/// result it gets (its index is set when it is stored).
+fn entries(chunk: Vec<v1::Puzzle>) -> Vec<Entry> {
+    chunk
+        .into_iter()
+        .map(|wire| match puzzle_from_wire(&wire) {
+            Ok(puzzle) => Entry::Puzzle {
+                id: wire.id,
+                puzzle,
+            },
+            Err(e) => Entry::Invalid(v1::PuzzleResult::invalid(0, &e)),
+        })
+        .collect()
+}
+
+#[tonic::async_trait]
+impl JobsRpc for JobsService {
+    async fn submit(
+        &self,
+        request: Request<Streaming<v1::SubmitRequest>>,
+    ) -> Result<Response<v1::JobAccepted>, Status> {
+        let client = client_of(&request);
+        let mut inbound = request.into_inner();
+        let first = inbound.message().await?;
+        let Some(v1::SubmitRequest {
+            kind: Some(submit_request::Kind::Options(options)),
+        }) = first
+        else {
+            return Err(Status::invalid_argument(
+                "field options: the first message of Submit must carry the job's options",
+            ));
+        };
+        let chunks = inbound.map(|m| match m?.kind {
+            Some(submit_request::Kind::Puzzles(chunk)) => Ok(entries(chunk.puzzles)),
+            _ => Err(Status::invalid_argument(
+                "field puzzles: only the first message of Submit carries options",
+            )),
+        });
+        let row = match self.jobs.submit(&client, options, chunks).await {
+            Ok(row) => row,
+            Err(SubmitError::Job(e)) => return Err(e.into()),
+            Err(SubmitError::Upload(status)) => return Err(status),
+        };
+        Ok(Response::new(v1::JobAccepted {
+            id: row.id(),
+            puzzles: row.puzzles,
+            durable: self.jobs.durable(),
+        }))
+    }
+
+    async fn get(&self, request: Request<v1::JobRef>) -> Result<Response<v1::Job>, Status> {
+        let client = client_of(&request);
+        let row = self.jobs.owned(&request.into_inner().id, &client).await?;
+        Ok(Response::new(row.to_wire()))
+    }
+
+    async fn list(
+        &self,
+        request: Request<v1::ListJobsRequest>,
+    ) -> Result<Response<v1::JobList>, Status> {
+        let client = client_of(&request);
+        let rows = self.jobs.list(&client).await?;
+        Ok(Response::new(v1::JobList {
+            jobs: rows.iter().map(|r| r.to_wire()).collect(),
+        }))
+    }
+
+    async fn cancel(&self, request: Request<v1::JobRef>) -> Result<Response<v1::Job>, Status> {
+        let client = client_of(&request);
+        let row = self.jobs.cancel(&request.into_inner().id, &client).await?;
+        Ok(Response::new(row.to_wire()))
+    }
+
+    async fn delete(
+        &self,
+        request: Request<v1::JobRef>,
+    ) -> Result<Response<v1::DeleteJobResponse>, Status> {
+        let client = client_of(&request);
+        self.jobs.delete(&request.into_inner().id, &client).await?;
+        Ok(Response::new(v1::DeleteJobResponse {}))
+    }
+
+    type ResultsStream = ResultStream;
+
+    async fn results(
+        &self,
+        request: Request<v1::ResultsRequest>,
+    ) -> Result<Response<ResultStream>, Status> {
+        let client = client_of(&request);
+        let request = request.into_inner();
+        // A job read by its key may still be growing: its stream always
+        // follows it to its end.
+        let (row, follow) = if request.id.is_empty() && !request.key.is_empty() {
+            (self.jobs.keyed(&request.key, &client).await?, true)
+        } else {
+            (self.jobs.owned(&request.id, &client).await?, request.follow)
+        };
+        let rx = self.jobs.results(row, request.from_index, follow);
+        let results = ReceiverStream::new(rx).map(|r| r.map_err(Status::from));
+        Ok(Response::new(Box::pin(results)))
+    }
+}

@@ -1,0 +1,270 @@
+//! Where jobs, their puzzles and their results are kept: the [`JobStore`]
+//! interface, and its implementations. [`sqlite`] keeps them in SQLite (a
+//! file with `--data-dir`, so jobs survive a restart); [`memory`] keeps them
+//! in the process's memory (no `--data-dir`: jobs are lost on restart).
+//!
+//! The jobs subsystem calls the store only through the trait, so another
+//! database is one more implementation: neither the scheduler nor the API
+//! layer knows which one runs. Each implementation passes the same checks
+//! (`conformance` below).
+
+pub mod memory;
+pub mod sqlite;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use colball_proto::{egress, v1};
+use colball_solver::Puzzle;
+
+/// A job's state as stored (the wire `JobState` numbers, and 0 while its
+/// puzzles are still arriving: such a job was never acknowledged).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobState {
+    Receiving = 0,
+    Queued = 1,
+    Running = 2,
+    Done = 3,
+    Cancelled = 4,
+    Failed = 5,
+}
+
+impl JobState {
+    /// The state stored as number `n` (an unknown number reads as a job
+    /// never acknowledged).
+    pub fn from_number(n: i64) -> JobState {
+        match n {
+            1 => JobState::Queued,
+            2 => JobState::Running,
+            3 => JobState::Done,
+            4 => JobState::Cancelled,
+            5 => JobState::Failed,
+            _ => JobState::Receiving,
+        }
+    }
+
+    pub fn finished(self) -> bool {
+        matches!(
+            self,
+            JobState::Done | JobState::Cancelled | JobState::Failed
+        )
+    }
+}
+
+/// A job's row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobRow {
+    pub seq: i64,
+    /// The id clients use (see [`JobStore::job_seq`]).
+    pub id: String,
+    pub owner: String,
+    pub name: String,
+    pub priority: i32,
+    pub state: JobState,
+    pub puzzles: u64,
+    pub solved: u64,
+    pub errors: u64,
+    pub created_ms: i64,
+    pub finished_ms: i64,
+    pub failure: String,
+    /// Fail the job when no worker is connected for the grace period
+    /// (`JobOptions.fail_without_workers`).
+    pub fail_fast: bool,
+    /// Results are read in the order they were stored, not input order
+    /// (`JobOptions.any_order`).
+    pub any_order: bool,
+}
+
+impl JobRow {
+    pub fn id(&self) -> String {
+        self.id.clone()
+    }
+
+    /// Results still to come.
+    pub fn remaining(&self) -> u64 {
+        self.puzzles.saturating_sub(self.solved + self.errors)
+    }
+
+    pub fn to_wire(&self) -> v1::Job {
+        v1::Job {
+            id: self.id(),
+            name: self.name.clone(),
+            state: self.state as i32,
+            priority: self.priority,
+            puzzles: self.puzzles,
+            solved: self.solved,
+            errors: self.errors,
+            remaining: self.remaining(),
+            created_unix_ms: self.created_ms,
+            finished_unix_ms: self.finished_ms,
+            failure: self.failure.clone(),
+            any_order: self.any_order,
+        }
+    }
+}
+
+/// A job about to be submitted: who, what, and how.
+#[derive(Clone, Debug, Default)]
+pub struct NewJob {
+    pub owner: String,
+    pub name: String,
+    /// The wire priority class.
+    pub priority: i32,
+    pub fail_fast: bool,
+    pub any_order: bool,
+    pub created_ms: i64,
+}
+
+/// One puzzle of a job as submitted: parsed, or the error result it gets.
+#[derive(Clone, Debug)]
+pub enum Entry {
+    Puzzle { id: String, puzzle: Puzzle },
+    Invalid(v1::PuzzleResult),
+}
+
+/// A puzzle of a job without a result yet: its index, id and puzzle.
+pub type Pending = (u64, String, Puzzle);
+
+/// A result of job `.0` to store.
+pub type ToWrite = (i64, egress::PuzzleResult);
+
+/// The store could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("the job database {path}: {reason}")]
+    Open { path: String, reason: String },
+    #[error("the job store failed: {0}")]
+    Backend(String),
+    /// Past its cap (twice `--max-store-mib`) or out of disk.
+    #[error(
+        "the job store is full: the database may not grow past twice --max-store-mib, or the disk is full ({0})"
+    )]
+    Full(String),
+    #[error("job {0} is not in the store")]
+    NoSuchJob(i64),
+    #[error("the job store's task failed: {0}")]
+    Task(String),
+}
+
+/// See the module documentation. Every method is one transaction: when it
+/// returns `Ok`, what it wrote is kept (on disk, for a durable store).
+#[async_trait]
+pub trait JobStore: Send + Sync + std::fmt::Debug + 'static {
+    /// Whether the jobs outlive the process.
+    fn durable(&self) -> bool;
+
+    /// The id of job number `seq` (`j12-3f9a0c7d12be`): its number and a
+    /// random key of this store, so an id never names a job of another
+    /// store (an in-memory store restarted, whose numbers start again).
+    fn job_id(&self, seq: i64) -> String;
+
+    /// The number of a job id of this store, if it is one.
+    fn job_seq(&self, id: &str) -> Option<i64>;
+
+    /// Starts a job whose puzzles are about to arrive; its number.
+    async fn create(&self, job: NewJob) -> Result<i64, StoreError>;
+
+    /// Stores a chunk of a job's puzzles from index `first` on; invalid
+    /// ones get their error result at once.
+    async fn add(&self, job: i64, first: u64, entries: Vec<Entry>) -> Result<(), StoreError>;
+
+    /// Every puzzle has arrived: the job is acknowledged and running (its
+    /// run started with its first chunk), or done when every puzzle has a
+    /// result already, or failed if its run failed meanwhile.
+    async fn seal(&self, job: i64, now_ms: i64) -> Result<JobRow, StoreError>;
+
+    /// Bytes the store's data takes (what `--max-store-mib` limits).
+    async fn size_bytes(&self) -> Result<u64, StoreError>;
+
+    /// Deletes the jobs that finished before `before_ms`; returns how many.
+    async fn expire(&self, before_ms: i64) -> Result<usize, StoreError>;
+
+    /// Forgets a job and everything of it.
+    async fn delete(&self, job: i64) -> Result<(), StoreError>;
+
+    async fn job(&self, job: i64) -> Result<Option<JobRow>, StoreError>;
+
+    /// The owner's acknowledged jobs, newest first.
+    async fn list(&self, owner: &str) -> Result<Vec<JobRow>, StoreError>;
+
+    /// Jobs queued or running (after a restart: to take up again).
+    async fn unfinished(&self) -> Result<Vec<JobRow>, StoreError>;
+
+    async fn set_state(
+        &self,
+        job: i64,
+        state: JobState,
+        failure: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError>;
+
+    /// Up to `limit` puzzles of the job after index `after` (or from the
+    /// start) that have no result yet, in index order.
+    async fn pending(
+        &self,
+        job: i64,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Pending>, StoreError>;
+
+    /// Stores results, all in one transaction. A result already stored is
+    /// kept, and a result of a job no longer stored dropped. Gives the
+    /// results back with, for each, whether it was new.
+    async fn put_results(
+        &self,
+        results: Vec<ToWrite>,
+    ) -> (Vec<ToWrite>, Result<Vec<bool>, StoreError>);
+
+    /// Stored results of the job from `from`, up to the first one missing
+    /// (at most `limit`): in input order (`from` an index), or with
+    /// `stored_order`, for an any-order job, in the order they were stored
+    /// (`from` a position in it).
+    async fn results(
+        &self,
+        job: i64,
+        from: u64,
+        limit: usize,
+        stored_order: bool,
+    ) -> Result<Vec<v1::PuzzleResult>, StoreError>;
+
+    /// Stored results of the job from index `from` in input order, gaps
+    /// and all, at most `limit`.
+    async fn results_after(
+        &self,
+        job: i64,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<v1::PuzzleResult>, StoreError>;
+}
+
+/// The store for a coordinator: SQLite in `data_dir` when there is one,
+/// else in memory; capped at twice `limit` (room for the results of jobs
+/// admitted under it).
+pub fn open(data_dir: Option<&Path>, limit: Option<u64>) -> Result<Arc<dyn JobStore>, StoreError> {
+    let cap = limit.map(|l| l.saturating_mul(2));
+    Ok(match data_dir {
+        Some(dir) => Arc::new(sqlite::SqliteStore::open(Some(dir), cap)?),
+        None => Arc::new(memory::MemoryStore::new(cap)),
+    })
+}
+
+/// A fresh random key for a store's job ids.
+fn instance_key() -> String {
+    format!("{:012x}", rand::random::<u64>() >> 16)
+}
+
+fn id_of(seq: i64, instance: &str) -> String {
+    format!("j{seq}-{instance}")
+}
+
+fn seq_of(id: &str, instance: &str) -> Option<i64> {
+    let (seq, key) = id.strip_prefix('j')?.split_once('-')?;
+    if key != instance {
+        return None;
+    }
+    seq.parse().ok().filter(|n| *n > 0)
+}
+
+#[cfg(test)]
+mod conformance;

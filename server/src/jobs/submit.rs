@@ -1,0 +1,205 @@
+//! Submitting a job: its puzzles arrive in chunks (from the gRPC `Submit`
+//! stream or an HTTP upload, parsed by the API layer) and are stored as
+//! they come.
+//!
+//! A job runs while it is uploaded: its run starts once its first chunk is
+//! stored and follows the chunks as they come, so the workers solve while
+//! the rest of a large job is still arriving. The job is acknowledged (and
+//! readable) once every puzzle is stored; an upload that fails stops the
+//! run and deletes the job and its results.
+
+use std::sync::Arc;
+
+use colball_core::Priority;
+use colball_proto::v1;
+use tokio_stream::{Stream, StreamExt};
+
+use super::keys::{KeyHold, check_key};
+use super::run::Upload;
+use super::store::{Entry, JobRow, NewJob};
+use super::{JobError, Jobs, SubmitError};
+use crate::coordinator::events;
+
+impl Jobs {
+    /// Stores a job of `client` from chunks of puzzles and starts it; the
+    /// job's row once every puzzle is stored. On any failure nothing of it
+    /// is kept.
+    pub async fn submit<E>(
+        self: &Arc<Self>,
+        client: &str,
+        options: v1::JobOptions,
+        mut chunks: impl Stream<Item = Result<Vec<Entry>, E>> + Unpin,
+    ) -> Result<JobRow, SubmitError<E>> {
+        let priority = Priority::from_wire(options.priority, Priority::Bulk).ok_or_else(|| {
+            JobError::Invalid(format!(
+                "field priority: {} names no priority class",
+                options.priority
+            ))
+        })?;
+        if options.name.len() > 256 {
+            return Err(JobError::Invalid("field name: at most 256 bytes".into()).into());
+        }
+        if !options.key.is_empty() {
+            check_key(&options.key, "options.key")?;
+        }
+        let limit = self.limits.max_job_puzzles;
+        if options.puzzles > limit as u64 {
+            return Err(JobError::TooBig(format!(
+                "field options.puzzles: {} puzzles is more than {limit}, the limit per job (--max-job-puzzles); split it",
+                options.puzzles
+            ))
+            .into());
+        }
+        self.check_room().await?;
+        let seq = self
+            .store
+            .create(NewJob {
+                owner: client.to_string(),
+                name: options.name.clone(),
+                priority: priority.to_wire() as i32,
+                fail_fast: options.fail_without_workers,
+                any_order: options.any_order,
+                created_ms: events::unix_ms(),
+            })
+            .await?;
+        let mut unsealed = Unsealed {
+            jobs: self.clone(),
+            seq,
+            settled: false,
+            key: None,
+        };
+        let mut upload = Upload::default();
+        let outcome: Result<(), SubmitError<E>> = async {
+            if !options.key.is_empty() {
+                unsealed.key = Some(self.keys.take(client, &options.key, seq)?);
+            }
+            while let Some(chunk) = chunks.next().await {
+                let mut chunk = chunk.map_err(SubmitError::Upload)?;
+                if chunk.is_empty() {
+                    // Nothing to store (and not the chunk that starts the run).
+                    continue;
+                }
+                let count = upload.puzzles;
+                let n = chunk.len() as u64;
+                if options.puzzles != 0 && count + n > options.puzzles {
+                    return Err(JobError::Invalid(format!(
+                        "field puzzles: more puzzles than the {} its options announced (field options.puzzles)",
+                        options.puzzles
+                    ))
+                    .into());
+                }
+                if count + n > limit as u64 {
+                    return Err(JobError::TooBig(format!(
+                        "the job holds more than {limit} puzzles, the limit per job (--max-job-puzzles); split it"
+                    ))
+                    .into());
+                }
+                // Error results carry their index in the job.
+                let mut invalid = Vec::new();
+                for (index, entry) in (count..).zip(&mut chunk) {
+                    if let Entry::Invalid(r) = entry {
+                        r.index = index;
+                        invalid.push(r.clone());
+                    }
+                }
+                let valid = n - invalid.len() as u64;
+                self.check_room().await?;
+                self.store.add(seq, count, chunk).await?;
+                upload.puzzles += n;
+                upload.valid += valid;
+                if count == 0 {
+                    // The run starts with the first chunk.
+                    self.start_run(seq, n - valid, upload, unsealed.key.take());
+                } else {
+                    if let Some(run) = self.runs.get(&seq) {
+                        run.upload.send_replace(upload);
+                        // Their error results are stored already:
+                        // followers get them as a stored group.
+                        if !invalid.is_empty() {
+                            let _ = run.live.send(Arc::new(invalid));
+                        }
+                    }
+                    self.stored(seq, n - valid);
+                }
+            }
+            if upload.puzzles == 0 {
+                return Err(JobError::Invalid("field puzzles: the job holds no puzzle".into()).into());
+            }
+            if options.puzzles != 0 && upload.puzzles != options.puzzles {
+                return Err(JobError::Incomplete(format!(
+                    "the submission ended after {} of the {} puzzles its options announced (field options.puzzles); nothing of it is kept: submit it again",
+                    upload.puzzles, options.puzzles
+                ))
+                .into());
+            }
+            Ok(())
+        }
+        .await;
+        if let Err(e) = outcome {
+            unsealed.abandon();
+            let _ = self.store.delete(seq).await;
+            return Err(e);
+        }
+        let row = self.store.seal(seq, events::unix_ms()).await?;
+        unsealed.settled = true;
+        tracing::info!(job = %row.id(), puzzles = upload.puzzles, client, %priority, "job accepted");
+        if let Some(run) = self.runs.get(&seq) {
+            upload.sealed = true;
+            run.upload.send_replace(upload);
+        }
+        Ok(row)
+    }
+
+    /// Refuses more puzzles when the store has reached `--max-store-mib`.
+    async fn check_room(&self) -> Result<(), JobError> {
+        let Some(limit) = self.limits.max_store_bytes else {
+            return Ok(());
+        };
+        let size = self.store.size_bytes().await?;
+        if size >= limit {
+            return Err(JobError::StoreLimit {
+                held_mib: size >> 20,
+                limit_mib: limit >> 20,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A job whose upload is under way. If the upload ends without sealing it
+/// (an error, or the submission's future dropped because the client went
+/// away mid-upload), its run is stopped and, for a dropped upload, the job
+/// deleted: nothing of an unacknowledged job is kept, or solved on.
+struct Unsealed {
+    jobs: Arc<Jobs>,
+    seq: i64,
+    /// Nothing is left for the guard to do: the job was sealed, or
+    /// abandoned by the upload that deletes it.
+    settled: bool,
+    /// The job's key until its run holds it.
+    key: Option<KeyHold>,
+}
+
+impl Unsealed {
+    /// Stops the job's run (the caller deletes the job).
+    fn abandon(&mut self) {
+        self.settled = true;
+        self.jobs.stop(self.seq);
+    }
+}
+
+impl Drop for Unsealed {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        self.abandon();
+        let (jobs, seq) = (self.jobs.clone(), self.seq);
+        tracing::info!(job = %jobs.store.job_id(seq), "submission cut short; its puzzles are dropped");
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = jobs.store.delete(seq).await;
+            });
+        }
+    }
+}

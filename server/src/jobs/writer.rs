@@ -1,0 +1,133 @@
+//! The writer: every job's results go to the store through this one task,
+//! which groups them (one transaction per group) and then tells the
+//! followers of each job what was stored.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use colball_proto::v1;
+use tokio::sync::mpsc;
+
+use super::Jobs;
+use super::store::{StoreError, ToWrite};
+
+/// Results the writer puts in one transaction at most.
+const GROUP: usize = 4096;
+
+/// How long the writer and the followers gather under load: a write (or a
+/// read) less than this after the last one waits for the rest of it, so
+/// results stream through the store in groups instead of one transaction
+/// and one thread hop each. After a pause nothing waits: a lone result is
+/// written and read at once.
+const COALESCE: Duration = Duration::from_millis(1);
+
+/// Waits, if the last step was less than [`COALESCE`] ago, for the rest of
+/// that time.
+pub(super) async fn coalesce(last: Option<tokio::time::Instant>) {
+    if let Some(at) = last {
+        if at.elapsed() < COALESCE {
+            tokio::time::sleep_until(at + COALESCE).await;
+        }
+    }
+}
+
+impl Jobs {
+    /// Writes results in groups until every sender is gone.
+    pub(super) async fn write(self: Arc<Self>, mut rx: mpsc::UnboundedReceiver<ToWrite>) {
+        let mut group = Vec::with_capacity(GROUP);
+        let mut last_write = None;
+        while rx.recv_many(&mut group, GROUP).await > 0 {
+            if group.len() < GROUP {
+                coalesce(last_write).await;
+                while group.len() < GROUP {
+                    match rx.try_recv() {
+                        Ok(item) => group.push(item),
+                        Err(_) => break,
+                    }
+                }
+            }
+            last_write = Some(tokio::time::Instant::now());
+            let batch = std::mem::take(&mut group);
+            // Results per job: one update of each job's count per group.
+            let mut counts: BTreeMap<i64, u64> = BTreeMap::new();
+            for (job, _) in &batch {
+                *counts.entry(*job).or_default() += 1;
+            }
+            match self.store.put_results(batch).await {
+                (batch, Ok(new)) => {
+                    self.live(batch, &new);
+                    for (job, n) in counts {
+                        self.stored(job, n);
+                    }
+                }
+                (batch, Err(e)) if batch.is_empty() => {
+                    // The store lost the group with its error.
+                    for job in counts.into_keys() {
+                        self.not_stored(job, &e).await;
+                    }
+                }
+                (batch, Err(e)) => {
+                    // Once more a job at a time: only the jobs whose
+                    // results cannot be stored fail; the others go on.
+                    tracing::warn!(error = %e, "a group of results not stored; storing it job by job");
+                    let mut by_job: BTreeMap<i64, Vec<ToWrite>> = BTreeMap::new();
+                    for item in batch {
+                        by_job.entry(item.0).or_default().push(item);
+                    }
+                    for (job, results) in by_job {
+                        let n = results.len() as u64;
+                        match self.store.put_results(results).await {
+                            (results, Ok(new)) => {
+                                self.live(results, &new);
+                                self.stored(job, n);
+                            }
+                            (_, Err(e)) => self.not_stored(job, &e).await,
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hands the results of a stored group that were new (`new[i]` for
+    /// `written[i]`) to the followers of their jobs, a group per job;
+    /// nothing is built for a job nobody follows.
+    fn live(&self, written: Vec<ToWrite>, new: &[bool]) {
+        // `None` for a job nobody follows.
+        let mut by_job: BTreeMap<i64, Option<Vec<v1::PuzzleResult>>> = BTreeMap::new();
+        for ((job, result), _) in written.into_iter().zip(new).filter(|(_, new)| **new) {
+            let group = by_job.entry(job).or_insert_with(|| {
+                let followed = self
+                    .runs
+                    .get(&job)
+                    .is_some_and(|run| run.live.receiver_count() > 0);
+                followed.then(Vec::new)
+            });
+            if let Some(group) = group {
+                group.push(result.into());
+            }
+        }
+        for (job, results) in by_job {
+            let Some(results) = results else { continue };
+            if let Some(run) = self.runs.get(&job) {
+                // No receiver left is not an error.
+                let _ = run.live.send(Arc::new(results));
+            }
+        }
+    }
+
+    /// Tells job `job`'s followers that `n` more of its results are stored.
+    pub(super) fn stored(&self, job: i64, n: u64) {
+        if let Some(run) = self.runs.get(&job) {
+            run.stored.send_modify(|stored| *stored += n);
+        }
+    }
+
+    /// Fails job `job`, whose results could not be stored.
+    async fn not_stored(&self, job: i64, e: &StoreError) {
+        tracing::error!(job = %self.store.job_id(job), error = %e, "results not stored; the job fails");
+        self.fail(job, &format!("results could not be stored: {e}"))
+            .await;
+    }
+}
