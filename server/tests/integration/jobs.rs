@@ -848,7 +848,7 @@ async fn a_submission_cut_short_stops_its_run_and_leaves_nothing() {
             db.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
                 .unwrap()
         };
-        (count("jobs"), count("puzzles"))
+        (count("jobs"), count("chunks"))
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while left() != (0, 0) && std::time::Instant::now() < deadline {

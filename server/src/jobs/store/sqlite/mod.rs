@@ -21,8 +21,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 use colball_proto::prost::Message;
 use colball_proto::v1;
-use colball_solver::{Board, Puzzle, Size};
 use rusqlite::{Connection, OptionalExtension, params};
+
+mod layout;
+mod schema;
+
+use layout::{index_of, job_keys, key};
 
 use super::{Entry, JobRow, JobState, JobStore, NewJob, Pending, StoreError, ToWrite, id_of};
 
@@ -37,55 +41,29 @@ macro_rules! select_jobs {
 /// The database file's name under the data dir.
 pub const FILE_NAME: &str = "colball.sqlite3";
 
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS meta (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS jobs (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    owner TEXT NOT NULL,
-    name TEXT NOT NULL,
-    priority INTEGER NOT NULL,
-    state INTEGER NOT NULL,
-    puzzles INTEGER NOT NULL,
-    solved INTEGER NOT NULL DEFAULT 0,
-    errors INTEGER NOT NULL DEFAULT 0,
-    created_ms INTEGER NOT NULL,
-    finished_ms INTEGER NOT NULL DEFAULT 0,
-    failure TEXT NOT NULL DEFAULT '',
-    fail_fast INTEGER NOT NULL DEFAULT 0,
-    any_order INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, seq);
-CREATE TABLE IF NOT EXISTS puzzles (
-    job INTEGER NOT NULL,
-    idx INTEGER NOT NULL,
-    id TEXT NOT NULL,
-    size INTEGER NOT NULL,
-    start INTEGER NOT NULL,
-    target INTEGER NOT NULL,
-    PRIMARY KEY (job, idx)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS results (
-    job INTEGER NOT NULL,
-    idx INTEGER NOT NULL,
-    error INTEGER NOT NULL,
-    result BLOB NOT NULL,
-    pos INTEGER,
-    PRIMARY KEY (job, idx)
-) WITHOUT ROWID;
-";
-
 /// Where a job's next stored result goes in its stored order: `Some(None)`
 /// for a job read in input order, `None` for a job that no longer exists
 /// (deleted while its results were on their way).
-fn next_pos(tx: &rusqlite::Transaction<'_>, job: i64) -> Result<Option<Option<i64>>, StoreError> {
-    let row: Option<(bool, i64)> = tx
+fn next_pos(tx: &rusqlite::Transaction<'_>, job: i64) -> Result<Option<Option<u64>>, StoreError> {
+    let row: Option<(bool, u64)> = tx
         .prepare_cached("SELECT any_order, solved + errors FROM jobs WHERE seq = ?1")?
         .query_row([job], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
     Ok(row.map(|(any_order, stored)| any_order.then_some(stored)))
+}
+
+/// Deletes job `job`'s rows (within the caller's transaction).
+fn delete_job(conn: &Connection, job: i64) -> rusqlite::Result<()> {
+    let (first, end) = job_keys(job);
+    for sql in [
+        "DELETE FROM results WHERE key >= ?1 AND key < ?2",
+        "DELETE FROM chunks WHERE key >= ?1 AND key < ?2",
+    ] {
+        conn.prepare_cached(sql)?.execute([first, end])?;
+    }
+    conn.prepare_cached("DELETE FROM jobs WHERE seq = ?1")?
+        .execute([job])?;
+    Ok(())
 }
 
 impl From<rusqlite::Error> for StoreError {
@@ -107,17 +85,6 @@ pub struct Database {
     /// every job id, so an id never names a job of another database (an
     /// in-memory store restarted, whose numbers start again at 1).
     instance: String,
-}
-
-fn pack_size(size: Size) -> i64 {
-    (size.rows() * 10 + size.cols()) as i64
-}
-
-fn unpack(size: i64, start: i64, target: i64) -> Option<Puzzle> {
-    let size = Size::new((size / 10) as usize, (size % 10) as usize).ok()?;
-    let start = Board::from_packed(size, u32::try_from(start).ok()?)?;
-    let target = Board::from_packed(size, u32::try_from(target).ok()?)?;
-    Puzzle::new(start, target).ok()
 }
 
 impl Database {
@@ -152,7 +119,8 @@ impl Database {
                 Problem::Sql(e)
             }
         }
-        let setup = || -> Result<String, Problem> {
+        let mut conn = conn;
+        let mut setup = || -> Result<String, Problem> {
             conn.busy_timeout(std::time::Duration::from_secs(5))?;
             // Every statement the store runs stays prepared (about 25).
             conn.set_prepared_statement_cache_capacity(64);
@@ -164,37 +132,15 @@ impl Database {
             }
             conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0))?;
             conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = OFF;")?;
-            conn.execute_batch(SCHEMA)?;
-            // Columns a database of the first version lacks.
-            for (table, column, ddl) in [
-                ("jobs", "fail_fast", "INTEGER NOT NULL DEFAULT 0"),
-                ("jobs", "any_order", "INTEGER NOT NULL DEFAULT 0"),
-                ("results", "pos", "INTEGER"),
-            ] {
-                let has: i64 = conn.query_row(
-                    "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2",
-                    [table, column],
-                    |r| r.get(0),
-                )?;
-                if has == 0 {
-                    conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {ddl}"))?;
-                }
-            }
-            // The stored order of the results of jobs that take them in
-            // any order (`pos` is NULL for the others).
-            conn.execute_batch(
-                "CREATE INDEX IF NOT EXISTS results_by_pos ON results (job, pos) WHERE pos IS NOT NULL",
-            )?;
+            schema::migrate(&mut conn)?;
             // Jobs whose puzzles never all arrived were never acknowledged.
-            conn.execute(
-                "DELETE FROM puzzles WHERE job IN (SELECT seq FROM jobs WHERE state = 0)",
-                [],
-            )?;
-            conn.execute(
-                "DELETE FROM results WHERE job IN (SELECT seq FROM jobs WHERE state = 0)",
-                [],
-            )?;
-            conn.execute("DELETE FROM jobs WHERE state = 0", [])?;
+            let unsealed: Vec<i64> = conn
+                .prepare("SELECT seq FROM jobs WHERE state = 0")?
+                .query_map([], |r| r.get(0))?
+                .collect::<Result<_, _>>()?;
+            for job in unsealed {
+                delete_job(&conn, job)?;
+            }
             let fresh = super::instance_key();
             conn.execute(
                 "INSERT OR IGNORE INTO meta (key, value) VALUES ('instance', ?1)",
@@ -266,36 +212,29 @@ impl Database {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
         {
-            let mut puzzle = tx.prepare_cached(
-                "INSERT INTO puzzles (job, idx, id, size, start, target) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )?;
-            let mut invalid = tx.prepare_cached(
-                "INSERT INTO results (job, idx, error, result, pos) VALUES (?1, ?2, 1, ?3, ?4)",
-            )?;
+            let mut chunk =
+                tx.prepare_cached("INSERT INTO chunks (key, puzzles, ids) VALUES (?1, ?2, ?3)")?;
+            for (at, part) in (first..)
+                .step_by(layout::CHUNK)
+                .zip(entries.chunks(layout::CHUNK))
+            {
+                let (puzzles, ids) = layout::pack(part);
+                chunk.execute(params![key(job, at), puzzles, ids])?;
+            }
+            let mut invalid =
+                tx.prepare_cached("INSERT INTO results (key, result, pos) VALUES (?1, ?2, ?3)")?;
             let mut pos = next_pos(&tx, job)?.flatten();
             let mut errors = 0;
-            for (i, e) in entries.iter().enumerate() {
-                let idx = (first + i as u64) as i64;
-                match e {
-                    Entry::Puzzle { id, puzzle: p } => {
-                        puzzle.execute(params![
-                            job,
-                            idx,
-                            id,
-                            pack_size(p.size()),
-                            p.start().packed(),
-                            p.target().packed()
-                        ])?;
-                    }
-                    Entry::Invalid(r) => {
-                        let r = v1::PuzzleResult {
-                            index: idx as u64,
-                            ..r.clone()
-                        };
-                        invalid.execute(params![job, idx, r.encode_to_vec(), pos])?;
-                        pos = pos.map(|p| p + 1);
-                        errors += 1;
-                    }
+            for (index, e) in (first..).zip(entries) {
+                if let Entry::Invalid(r) = e {
+                    let r = v1::PuzzleResult { index, ..r.clone() };
+                    invalid.execute(params![
+                        key(job, index),
+                        r.encode_to_vec(),
+                        pos.map(|p| key(job, p))
+                    ])?;
+                    pos = pos.map(|p| p + 1);
+                    errors += 1;
                 }
             }
             tx.prepare_cached(
@@ -359,13 +298,7 @@ impl Database {
     pub fn delete(&self, job: i64) -> Result<(), StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
-        for sql in [
-            "DELETE FROM results WHERE job = ?1",
-            "DELETE FROM puzzles WHERE job = ?1",
-            "DELETE FROM jobs WHERE seq = ?1",
-        ] {
-            tx.prepare_cached(sql)?.execute([job])?;
-        }
+        delete_job(&tx, job)?;
         tx.commit()?;
         Ok(())
     }
@@ -426,30 +359,63 @@ impl Database {
         limit: usize,
     ) -> Result<Vec<Pending>, StoreError> {
         let conn = self.conn();
-        let mut q = conn.prepare_cached(
-            "SELECT p.idx, p.id, p.size, p.start, p.target FROM puzzles p
-             WHERE p.job = ?1 AND p.idx > ?2
-               AND NOT EXISTS (SELECT 1 FROM results r WHERE r.job = p.job AND r.idx = p.idx)
-             ORDER BY p.idx LIMIT ?3",
-        )?;
-        let after = after.map_or(-1, |a| a as i64);
-        let rows = q
-            .query_map(params![job, after, limit as i64], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, i64>(2)?,
-                    r.get::<_, i64>(3)?,
-                    r.get::<_, i64>(4)?,
-                ))
-            })?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(rows
-            .into_iter()
-            .filter_map(|(idx, id, size, start, target)| {
-                unpack(size, start, target).map(|p| (idx as u64, id, p))
-            })
-            .collect())
+        let (_, end) = job_keys(job);
+        let mut from = after.map_or(0, |a| a + 1);
+        let mut out: Vec<Pending> = Vec::new();
+        while out.len() < limit {
+            // The puzzles from `from` on, as many as are still wanted...
+            let want = limit - out.len();
+            let mut found: Vec<Pending> = Vec::with_capacity(want);
+            let start = conn
+                .prepare_cached("SELECT max(key) FROM chunks WHERE key > ?1 AND key <= ?2")?
+                .query_row([key(job, 0) - 1, key(job, from)], |r| {
+                    r.get::<_, Option<i64>>(0)
+                })?
+                .unwrap_or(key(job, from));
+            let mut chunks = conn.prepare_cached(
+                "SELECT key, puzzles, ids FROM chunks WHERE key >= ?1 AND key < ?2 ORDER BY key",
+            )?;
+            let mut rows = chunks.query([start, end])?;
+            while let Some(row) = rows.next()? {
+                let first = index_of(row.get(0)?);
+                let blob = |at| row.get_ref(at)?.as_blob().map_err(rusqlite::Error::from);
+                let (puzzles, ids) = (blob(1)?, blob(2)?);
+                let entries = (first..)
+                    .zip(layout::unpack(puzzles, ids))
+                    .skip_while(|(i, _)| *i < from);
+                for (index, entry) in entries {
+                    if let Some((id, puzzle)) = entry {
+                        found.push((index, id, puzzle));
+                        if found.len() == want {
+                            break;
+                        }
+                    }
+                }
+                if found.len() == want {
+                    break;
+                }
+            }
+            let Some(last) = found.last().map(|p| p.0) else {
+                break;
+            };
+            // ... less those with a result.
+            let solved: Vec<u64> = conn
+                .prepare_cached("SELECT key FROM results WHERE key >= ?1 AND key <= ?2")?
+                .query_map([key(job, from), key(job, last)], |r| r.get::<_, i64>(0))?
+                .map(|k| k.map(index_of))
+                .collect::<Result<_, _>>()?;
+            let exhausted = found.len() < want;
+            out.extend(
+                found
+                    .into_iter()
+                    .filter(|p| solved.binary_search(&p.0).is_err()),
+            );
+            if exhausted {
+                break;
+            }
+            from = last + 1;
+        }
+        Ok(out)
     }
 
     /// Stores results (grouped: one transaction for all of them). A result
@@ -461,7 +427,7 @@ impl Database {
         let mut new = vec![false; results.len()];
         {
             let mut insert = tx.prepare_cached(
-                "INSERT OR IGNORE INTO results (job, idx, error, result, pos) VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT OR IGNORE INTO results (key, result, pos) VALUES (?1, ?2, ?3)",
             )?;
             let mut count = tx.prepare_cached(
                 "UPDATE jobs SET solved = solved + ?2, errors = errors + ?3 WHERE seq = ?1",
@@ -469,10 +435,11 @@ impl Database {
             // Each job's next position in its stored order (any-order
             // jobs only), read once per group; results of a job deleted
             // meanwhile are dropped.
-            let mut positions: HashMap<i64, Option<Option<i64>>> = HashMap::new();
+            let mut positions: HashMap<i64, Option<Option<u64>>> = HashMap::new();
             // New results per job (solved, errors): the jobs' counts are
             // updated once per job per group, not once per result.
             let mut counts: HashMap<i64, (i64, i64)> = HashMap::new();
+            let mut encoded = Vec::new();
             for (at, (job, r)) in results.iter().enumerate() {
                 let pos = match positions.get(job) {
                     Some(p) => *p,
@@ -480,8 +447,14 @@ impl Database {
                 };
                 let Some(pos) = pos else { continue };
                 let error = r.error().is_some();
-                let n =
-                    insert.execute(params![job, r.index as i64, error, r.encode_to_vec(), pos])?;
+                encoded.clear();
+                r.encode(&mut encoded)
+                    .map_err(|e| StoreError::Backend(e.to_string()))?;
+                let n = insert.execute(params![
+                    key(*job, r.index),
+                    encoded,
+                    pos.map(|p| key(*job, p))
+                ])?;
                 if n > 0 {
                     new[at] = true;
                     let c = counts.entry(*job).or_default();
@@ -513,7 +486,7 @@ impl Database {
         let rows = self.result_rows(job, from, limit, stored_order)?;
         let mut out = Vec::with_capacity(rows.len());
         for (next, (at, bytes)) in (from..).zip(rows) {
-            if at as u64 != next {
+            if at != next {
                 break;
             }
             let Ok(r) = v1::PuzzleResult::decode(bytes.as_slice()) else {
@@ -547,16 +520,17 @@ impl Database {
         from: u64,
         limit: usize,
         stored_order: bool,
-    ) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
+    ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
         let conn = self.conn();
         let mut q = conn.prepare_cached(if stored_order {
-            "SELECT pos, result FROM results WHERE job = ?1 AND pos >= ?2 AND pos IS NOT NULL ORDER BY pos LIMIT ?3"
+            "SELECT pos, result FROM results WHERE pos >= ?1 AND pos < ?2 ORDER BY pos LIMIT ?3"
         } else {
-            "SELECT idx, result FROM results WHERE job = ?1 AND idx >= ?2 ORDER BY idx LIMIT ?3"
+            "SELECT key, result FROM results WHERE key >= ?1 AND key < ?2 ORDER BY key LIMIT ?3"
         })?;
+        let (_, end) = job_keys(job);
         let rows = q
-            .query_map(params![job, from as i64, limit as i64], |r| {
-                Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
+            .query_map(params![key(job, from), end, limit as i64], |r| {
+                Ok((index_of(r.get::<_, i64>(0)?), r.get::<_, Vec<u8>>(1)?))
             })?
             .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
@@ -753,6 +727,104 @@ mod tests {
         // A job whose puzzles never all arrived is gone after a reopen.
         assert!(s.job(half).unwrap().is_none());
         assert_eq!(s.pending(half, None, 100).unwrap().len(), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A file of the first layout (a row per puzzle and per result), as
+    /// the earlier builds wrote it.
+    const FIRST_LAYOUT: &str = "
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+        INSERT INTO meta VALUES ('instance', 'abcdef012345');
+        CREATE TABLE jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT, owner TEXT NOT NULL,
+            name TEXT NOT NULL, priority INTEGER NOT NULL, state INTEGER NOT NULL,
+            puzzles INTEGER NOT NULL, solved INTEGER NOT NULL DEFAULT 0,
+            errors INTEGER NOT NULL DEFAULT 0, created_ms INTEGER NOT NULL,
+            finished_ms INTEGER NOT NULL DEFAULT 0, failure TEXT NOT NULL DEFAULT '');
+        CREATE INDEX jobs_by_owner ON jobs (owner, seq);
+        CREATE TABLE puzzles (job INTEGER NOT NULL, idx INTEGER NOT NULL, id TEXT NOT NULL,
+            size INTEGER NOT NULL, start INTEGER NOT NULL, target INTEGER NOT NULL,
+            PRIMARY KEY (job, idx)) WITHOUT ROWID;
+        CREATE TABLE results (job INTEGER NOT NULL, idx INTEGER NOT NULL,
+            error INTEGER NOT NULL, result BLOB NOT NULL, PRIMARY KEY (job, idx)) WITHOUT ROWID;
+    ";
+
+    #[test]
+    fn a_database_of_the_first_layout_is_migrated_whole() {
+        let dir = std::env::temp_dir().join(format!("colball-store-v1-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let all = entries(5000);
+        {
+            let old = Connection::open(dir.join(FILE_NAME)).unwrap();
+            old.execute_batch(FIRST_LAYOUT).unwrap();
+            old.execute_batch("BEGIN").unwrap();
+            old.execute(
+                "INSERT INTO jobs (owner, name, priority, state, puzzles, solved, errors, created_ms) VALUES ('alice', 'old', 3, 2, 5000, 1, 1, 1)",
+                [],
+            )
+            .unwrap();
+            for (i, e) in all.iter().enumerate() {
+                // Puzzle 2 was invalid: it has its error result, no puzzle row.
+                let Entry::Puzzle { id, puzzle } = e else {
+                    unreachable!()
+                };
+                if i == 2 {
+                    continue;
+                }
+                let size = puzzle.size();
+                old.execute(
+                    "INSERT INTO puzzles VALUES (1, ?1, ?2, ?3, ?4, ?5)",
+                    params![
+                        i as i64,
+                        id,
+                        (size.rows() * 10 + size.cols()) as i64,
+                        puzzle.start().packed(),
+                        puzzle.target().packed()
+                    ],
+                )
+                .unwrap();
+            }
+            for (idx, error) in [(2u64, true), (4, false)] {
+                let r = v1::PuzzleResult {
+                    index: idx,
+                    id: format!("p{idx}"),
+                    ..Default::default()
+                };
+                old.execute(
+                    "INSERT INTO results VALUES (1, ?1, ?2, ?3)",
+                    params![idx as i64, error, r.encode_to_vec()],
+                )
+                .unwrap();
+            }
+            old.execute_batch("COMMIT").unwrap();
+        }
+        let s = Database::open(Some(&dir), None).unwrap();
+        let row = s.job(1).unwrap().unwrap();
+        assert_eq!(
+            (row.puzzles, row.solved, row.errors, row.any_order),
+            (5000, 1, 1, false)
+        );
+        assert_eq!(s.job_seq("j1-abcdef012345"), Some(1), "ids stay valid");
+        let pending = s.pending(1, None, 10_000).unwrap();
+        assert_eq!(pending.len(), 4998);
+        assert!(pending.iter().all(|p| p.0 != 2 && p.0 != 4));
+        for (index, id, puzzle) in &pending {
+            let Entry::Puzzle { id: was, puzzle: p } = &all[*index as usize] else {
+                unreachable!()
+            };
+            assert_eq!((id, puzzle), (was, p));
+        }
+        let stored: Vec<u64> = s
+            .results_after(1, 0, 10)
+            .unwrap()
+            .iter()
+            .map(|r| r.index)
+            .collect();
+        assert_eq!(stored, [2, 4]);
+        drop(s);
+        // Opened again, it is at the current version and reads the same.
+        let s = Database::open(Some(&dir), None).unwrap();
+        assert_eq!(s.pending(1, Some(4000), 10_000).unwrap().len(), 999);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -1,0 +1,158 @@
+//! How the SQLite store lays out puzzles and results.
+//!
+//! Rows are keyed by one integer, `job << 32 | index` ([`key`]), so a
+//! job's rows are one range of the tables' rowids: inserting them appends,
+//! and deleting a job deletes a range. (`--max-job-puzzles` is at most
+//! `u32::MAX`, so an index fits the low half.)
+//!
+//! A job's puzzles are stored a chunk at a time, a row per [`CHUNK`]
+//! puzzles (or fewer, at the end of a chunk as it was submitted): `puzzles` holds [`PUZZLE_BYTES`] per puzzle (its size as
+//! `rows * 10 + cols`, 0 for an entry stored with its error result, then
+//! its start and target boards' cells as little-endian `u32`s), `ids` each
+//! puzzle's id as its length (LEB128) and bytes.
+
+use colball_solver::{Board, Puzzle, Size};
+
+use super::super::Entry;
+
+/// Puzzles a chunk row holds at most: its columns (about 2 KiB) stay
+/// within a page, so a row never spills to overflow pages.
+pub const CHUNK: usize = 128;
+
+/// Bytes a puzzle takes in a chunk's `puzzles`.
+pub const PUZZLE_BYTES: usize = 9;
+
+/// The key of puzzle or result `index` of job `job`.
+pub fn key(job: i64, index: u64) -> i64 {
+    (job << 32) | (index & 0xffff_ffff) as i64
+}
+
+/// The keys of job `job`'s rows: `first..end`.
+pub fn job_keys(job: i64) -> (i64, i64) {
+    (job << 32, (job + 1) << 32)
+}
+
+/// The index of the row with key `key`.
+pub fn index_of(key: i64) -> u64 {
+    (key & 0xffff_ffff) as u64
+}
+
+/// A chunk of entries, packed: its `puzzles` and `ids` columns.
+pub fn pack(entries: &[Entry]) -> (Vec<u8>, Vec<u8>) {
+    let mut puzzles = Vec::with_capacity(entries.len() * PUZZLE_BYTES);
+    let mut ids = Vec::with_capacity(entries.len() * 4);
+    for entry in entries {
+        match entry {
+            Entry::Puzzle { id, puzzle } => {
+                let size = puzzle.size();
+                puzzles.push((size.rows() * 10 + size.cols()) as u8);
+                puzzles.extend_from_slice(&puzzle.start().packed().to_le_bytes());
+                puzzles.extend_from_slice(&puzzle.target().packed().to_le_bytes());
+                put_len(&mut ids, id.len());
+                ids.extend_from_slice(id.as_bytes());
+            }
+            Entry::Invalid(_) => {
+                puzzles.extend_from_slice(&[0; PUZZLE_BYTES]);
+                put_len(&mut ids, 0);
+            }
+        }
+    }
+    (puzzles, ids)
+}
+
+/// A packed chunk's entries in order: each puzzle with its id, `None` for
+/// an entry stored with its error (or one that does not read back).
+pub fn unpack<'a>(
+    puzzles: &'a [u8],
+    ids: &'a [u8],
+) -> impl Iterator<Item = Option<(String, Puzzle)>> + 'a {
+    let mut ids = ids;
+    puzzles.chunks_exact(PUZZLE_BYTES).map(move |p| {
+        let len = take_len(&mut ids)?;
+        let Some((id, rest)) = ids.split_at_checked(len) else {
+            ids = &[];
+            return None;
+        };
+        ids = rest;
+        let id = String::from_utf8(id.to_vec()).ok()?;
+        let size = Size::new(usize::from(p[0] / 10), usize::from(p[0] % 10)).ok()?;
+        let word = |at: usize| u32::from_le_bytes([p[at], p[at + 1], p[at + 2], p[at + 3]]);
+        let start = Board::from_packed(size, word(1))?;
+        let target = Board::from_packed(size, word(5))?;
+        Some((id, Puzzle::new(start, target).ok()?))
+    })
+}
+
+fn put_len(out: &mut Vec<u8>, mut n: usize) {
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+/// Reads a length off the front of `bytes`. A length that does not read
+/// leaves nothing behind, so the rest of the chunk reads as missing.
+fn take_len(bytes: &mut &[u8]) -> Option<usize> {
+    let mut n = 0usize;
+    for shift in (0..usize::BITS).step_by(7) {
+        let Some((&byte, rest)) = bytes.split_first() else {
+            *bytes = &[];
+            return None;
+        };
+        *bytes = rest;
+        n |= usize::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Some(n);
+        }
+    }
+    *bytes = &[];
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use colball_proto::v1;
+    use colball_solver::generate::Generator;
+
+    #[test]
+    fn chunks_read_back_as_they_were_packed() {
+        let mut g = Generator::new(5);
+        let mut entries: Vec<Entry> = (0..40)
+            .map(|i| Entry::Puzzle {
+                id: if i == 7 {
+                    "é".repeat(100)
+                } else {
+                    format!("p{i}")
+                },
+                puzzle: g.uniform(Size::ALL[i % Size::ALL.len()]),
+            })
+            .collect();
+        entries[3] = Entry::Invalid(v1::PuzzleResult::default());
+        let (puzzles, ids) = pack(&entries);
+        assert_eq!(puzzles.len(), 40 * PUZZLE_BYTES);
+        let back: Vec<_> = unpack(&puzzles, &ids).collect();
+        assert_eq!(back.len(), 40);
+        for (entry, back) in entries.iter().zip(back) {
+            match entry {
+                Entry::Puzzle { id, puzzle } => assert_eq!(back, Some((id.clone(), *puzzle))),
+                Entry::Invalid(_) => assert_eq!(back, None),
+            }
+        }
+        // A damaged ids column loses the rest of the chunk, nothing more.
+        assert_eq!(unpack(&puzzles, &ids[..5]).flatten().count(), 1);
+    }
+
+    #[test]
+    fn keys_keep_jobs_apart() {
+        assert_eq!(index_of(key(7, 5)), 5);
+        let (first, end) = job_keys(7);
+        assert!(first <= key(7, 0) && key(7, u32::MAX as u64) < end);
+        assert_eq!(end, job_keys(8).0);
+    }
+}

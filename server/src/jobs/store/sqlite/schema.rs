@@ -1,0 +1,149 @@
+//! The SQLite store's schema, and the migrations that bring a database of
+//! an earlier version to it. The version is SQLite's `user_version`: 0 for
+//! a new file and for files of the first layout (a row per puzzle and per
+//! result, keyed by job and index), [`VERSION`] for the layout in
+//! [`super::layout`]. A migration runs in one transaction at open: a
+//! database is either migrated whole or left as it was.
+
+use colball_solver::{Board, Puzzle, Size};
+use rusqlite::{Connection, params};
+
+use super::layout::{self, CHUNK, key};
+use crate::jobs::store::Entry;
+
+/// The schema version this build writes.
+pub const VERSION: i64 = 2;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS jobs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    owner TEXT NOT NULL,
+    name TEXT NOT NULL,
+    priority INTEGER NOT NULL,
+    state INTEGER NOT NULL,
+    puzzles INTEGER NOT NULL,
+    solved INTEGER NOT NULL DEFAULT 0,
+    errors INTEGER NOT NULL DEFAULT 0,
+    created_ms INTEGER NOT NULL,
+    finished_ms INTEGER NOT NULL DEFAULT 0,
+    failure TEXT NOT NULL DEFAULT '',
+    fail_fast INTEGER NOT NULL DEFAULT 0,
+    any_order INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, seq);
+-- key: job << 32 | the chunk's first index.
+CREATE TABLE IF NOT EXISTS chunks (
+    key INTEGER PRIMARY KEY,
+    puzzles BLOB NOT NULL,
+    ids BLOB NOT NULL
+);
+-- key: job << 32 | index; pos, for a job read in any order: job << 32 |
+-- the result's place in the stored order.
+CREATE TABLE IF NOT EXISTS results (
+    key INTEGER PRIMARY KEY,
+    result BLOB NOT NULL,
+    pos INTEGER
+);
+CREATE INDEX IF NOT EXISTS results_by_pos ON results (pos) WHERE pos IS NOT NULL;
+";
+
+/// Brings the database to [`VERSION`].
+pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version >= VERSION {
+        return Ok(());
+    }
+    let tx = conn.transaction()?;
+    let has = |table: &str, column: &str| -> rusqlite::Result<bool> {
+        tx.query_row(
+            "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2",
+            [table, column],
+            |r| r.get::<_, i64>(0),
+        )
+        .map(|n| n > 0)
+    };
+    let first_layout = has("puzzles", "idx")?;
+    if first_layout {
+        // Columns the earliest files lack.
+        for (table, column, ddl) in [
+            ("jobs", "fail_fast", "INTEGER NOT NULL DEFAULT 0"),
+            ("jobs", "any_order", "INTEGER NOT NULL DEFAULT 0"),
+            ("results", "pos", "INTEGER"),
+        ] {
+            if !has(table, column)? {
+                tx.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {ddl}"))?;
+            }
+        }
+        tx.execute_batch(
+            "DROP INDEX IF EXISTS results_by_pos;
+             ALTER TABLE results RENAME TO results_v1;
+             ALTER TABLE puzzles RENAME TO puzzles_v1;",
+        )?;
+    }
+    tx.execute_batch(SCHEMA)?;
+    if first_layout {
+        tx.execute(
+            "INSERT INTO results (key, result, pos)
+             SELECT (job << 32) | idx, result, CASE WHEN pos IS NULL THEN NULL ELSE (job << 32) | pos END
+             FROM results_v1",
+            [],
+        )?;
+        chunk_puzzles(&tx)?;
+        tx.execute_batch("DROP TABLE results_v1; DROP TABLE puzzles_v1;")?;
+    }
+    tx.pragma_update(None, "user_version", VERSION)?;
+    tx.commit()
+}
+
+/// Moves the first layout's puzzle rows into chunks: runs of consecutive
+/// indices of a job, [`CHUNK`] at most.
+fn chunk_puzzles(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
+    let mut read =
+        tx.prepare("SELECT job, idx, id, size, start, target FROM puzzles_v1 ORDER BY job, idx")?;
+    let mut insert = tx.prepare("INSERT INTO chunks (key, puzzles, ids) VALUES (?1, ?2, ?3)")?;
+    let mut rows = read.query([])?;
+    // The chunk being gathered: its job, first index, and entries.
+    let mut chunk: Option<(i64, u64, Vec<Entry>)> = None;
+    let mut flush = |chunk: &mut Option<(i64, u64, Vec<Entry>)>| -> rusqlite::Result<()> {
+        if let Some((job, first, entries)) = chunk.take() {
+            let (puzzles, ids) = layout::pack(&entries);
+            insert.execute(params![key(job, first), puzzles, ids])?;
+        }
+        Ok(())
+    };
+    while let Some(row) = rows.next()? {
+        let (job, idx): (i64, i64) = (row.get(0)?, row.get(1)?);
+        let idx = idx as u64;
+        let entry = match unpack(row.get(3)?, row.get(4)?, row.get(5)?) {
+            Some(puzzle) => Entry::Puzzle {
+                id: row.get(2)?,
+                puzzle,
+            },
+            None => Entry::Invalid(Default::default()),
+        };
+        let follows = chunk.as_ref().is_some_and(|(j, first, entries)| {
+            *j == job && first + entries.len() as u64 == idx && entries.len() < CHUNK
+        });
+        if !follows {
+            flush(&mut chunk)?;
+            chunk = Some((job, idx, Vec::new()));
+        }
+        if let Some((_, _, entries)) = chunk.as_mut() {
+            entries.push(entry);
+        }
+    }
+    flush(&mut chunk)
+}
+
+/// A puzzle of the first layout: its size as `rows * 10 + cols`, its
+/// boards' cells.
+fn unpack(size: i64, start: i64, target: i64) -> Option<Puzzle> {
+    let size = Size::new((size / 10) as usize, (size % 10) as usize).ok()?;
+    let start = Board::from_packed(size, u32::try_from(start).ok()?)?;
+    let target = Board::from_packed(size, u32::try_from(target).ok()?)?;
+    Puzzle::new(start, target).ok()
+}
