@@ -1,8 +1,8 @@
 //! `colball`: solve colball puzzles exactly, in-process or on a cluster.
 
 /// mimalloc: the data path allocates and frees small buffers per puzzle
-/// (messages, ids, move lists) from several threads, where it is several
-/// times faster than the system allocator (docs/PERFORMANCE.md).
+/// (messages, ids, move lists) from several threads, where it is faster
+/// than the system allocator.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -4,8 +4,8 @@
 //! up tracing and the shutdown signal, binds listeners and calls `run`.
 
 /// mimalloc: the data path allocates and frees small buffers per puzzle
-/// (messages, ids, move lists) from several threads, where it is several
-/// times faster than the system allocator (docs/PERFORMANCE.md).
+/// (messages, ids, move lists) from several threads, where it is faster
+/// than the system allocator.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

