@@ -2,12 +2,13 @@
 //! needs no protoc on the machine, and writes the file descriptor set that
 //! the coordinator serves through gRPC server reflection.
 //!
-//! The coordinator's side of `colball.v1.Solver` is generated a second time
-//! by tonic-build's manual builder, so that `SolveBatch` reads its request
-//! as `colball_proto::ingest::SolveBatchRequest` (the same bytes, decoded
-//! without an allocation per puzzle) and `Solve` and `SolveBatch` write
-//! `colball_proto::egress::PuzzleResult` (the same bytes, written without
-//! an allocation per string); the other methods keep the generated
+//! The coordinator's sides of `colball.v1.Solver` and `colball.v1.Jobs`
+//! are generated a second time by tonic-build's manual builder, so that
+//! `SolveBatch` and `Jobs.Submit` read their puzzles as
+//! `colball_proto::ingest` types (the same bytes, decoded without an
+//! allocation per puzzle) and `Solve`, `SolveBatch` and `Jobs.Results`
+//! write `colball_proto::egress::PuzzleResult` (the same bytes, written
+//! without an allocation per string); the other methods keep the generated
 //! messages.
 
 use std::path::PathBuf;
@@ -42,22 +43,81 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if grpc {
         tonic_build::manual::Builder::new()
             .build_client(false)
-            .compile(&[ingest_solver()]);
+            .compile(&[ingest_solver(), ingest_jobs()]);
     }
     Ok(())
+}
+
+/// A method of a service the coordinator serves, with prost's codec.
+fn method(
+    name: &str,
+    route: &str,
+    input: &str,
+    output: &str,
+) -> tonic_build::manual::MethodBuilder {
+    tonic_build::manual::Method::builder()
+        .name(name)
+        .route_name(route)
+        .input_type(input)
+        .output_type(output)
+        .codec_path("tonic_prost::ProstCodec")
+}
+
+/// `colball.v1.Jobs` as the coordinator serves it: `Submit` reads
+/// `colball_proto::ingest::SubmitRequest`, `Results` writes
+/// `colball_proto::egress::PuzzleResult`. Routes and messages are those of
+/// `colball/v1/jobs.proto`.
+fn ingest_jobs() -> tonic_build::manual::Service {
+    tonic_build::manual::Service::builder()
+        .name("Jobs")
+        .package("colball.v1")
+        .comment("The coordinator's side of `colball.v1.Jobs`.")
+        .method(
+            method(
+                "submit",
+                "Submit",
+                "crate::ingest::SubmitRequest",
+                "crate::v1::JobAccepted",
+            )
+            .client_streaming()
+            .build(),
+        )
+        .method(method("get", "Get", "crate::v1::JobRef", "crate::v1::Job").build())
+        .method(
+            method(
+                "list",
+                "List",
+                "crate::v1::ListJobsRequest",
+                "crate::v1::JobList",
+            )
+            .build(),
+        )
+        .method(method("cancel", "Cancel", "crate::v1::JobRef", "crate::v1::Job").build())
+        .method(
+            method(
+                "delete",
+                "Delete",
+                "crate::v1::JobRef",
+                "crate::v1::DeleteJobResponse",
+            )
+            .build(),
+        )
+        .method(
+            method(
+                "results",
+                "Results",
+                "crate::v1::ResultsRequest",
+                "crate::egress::PuzzleResult",
+            )
+            .server_streaming()
+            .build(),
+        )
+        .build()
 }
 
 /// `colball.v1.Solver` as the coordinator serves it (see `src/ingest.rs`).
 /// Routes and messages are those of `colball/v1/solver.proto`.
 fn ingest_solver() -> tonic_build::manual::Service {
-    let method = |name: &str, route: &str, input: &str, output: &str| {
-        tonic_build::manual::Method::builder()
-            .name(name)
-            .route_name(route)
-            .input_type(input)
-            .output_type(output)
-            .codec_path("tonic_prost::ProstCodec")
-    };
     tonic_build::manual::Service::builder()
         .name("Solver")
         .package("colball.v1")

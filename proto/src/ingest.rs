@@ -19,8 +19,11 @@
 //! does not take (a field split across buffers, a row that is not UTF-8)
 //! goes through prost's own reading, which says what is wrong.
 //!
-//! The coordinator's `Solver` service is generated from these types
-//! ([`solver_server`]); the client keeps [`v1::solver_client`](crate::v1::solver_client).
+//! The coordinator's `Solver` and `Jobs` services are generated from these
+//! types ([`solver_server`], [`jobs_server`]: `Jobs.Submit` reads its
+//! chunks of puzzles as `SolveBatch` reads its puzzles); the clients keep
+//! the generated [`v1::solver_client`](crate::v1::solver_client) and
+//! [`v1::jobs_client`](crate::v1::jobs_client).
 //!
 //! A request keeps at most [`MAX_PUZZLES`] puzzles: those past it are read
 //! (a malformed one still fails the message) and counted, not kept, so the
@@ -45,6 +48,18 @@ mod generated {
 }
 #[cfg(feature = "grpc")]
 pub use generated::solver_server;
+
+/// The server side of `colball.v1.Jobs`, with `Submit` reading
+/// [`SubmitRequest`] and `Results` writing
+/// [`egress::PuzzleResult`](crate::egress::PuzzleResult).
+#[cfg(feature = "grpc")]
+#[allow(missing_docs, missing_debug_implementations, unused_qualifications)]
+#[allow(clippy::all, clippy::pedantic)]
+mod generated_jobs {
+    include!(concat!(env!("OUT_DIR"), "/colball.v1.Jobs.rs"));
+}
+#[cfg(feature = "grpc")]
+pub use generated_jobs::jobs_server;
 
 /// The most puzzles a request keeps (see the module documentation): the
 /// largest `--max-batch` the coordinator accepts.
@@ -85,44 +100,7 @@ impl prost::Message for SolveBatchRequest {
         ctx: DecodeContext,
     ) -> Result<(), prost::DecodeError> {
         match tag {
-            1 if self.puzzles.len() < MAX_PUZZLES => {
-                let len = self.puzzles.len();
-                if len > 0 && len == self.puzzles.capacity() {
-                    // Short of room after all: doubled, but never past the
-                    // cap.
-                    self.puzzles.reserve_exact(len.min(MAX_PUZZLES - len));
-                }
-                let before = buf.remaining();
-                match whole_field(wire_type, buf.chunk())
-                    .and_then(|(taken, bytes)| Some((taken, Puzzle::read_plain(bytes)?)))
-                {
-                    Some((taken, puzzle)) => {
-                        self.puzzles.push(puzzle);
-                        buf.advance(taken);
-                    }
-                    None => {
-                        encoding::message::merge_repeated(wire_type, &mut self.puzzles, buf, ctx)?
-                    }
-                }
-                if self.puzzles.len() == 1 {
-                    // Sized once, from the first puzzle's length on the
-                    // wire (a batch's puzzles are mostly alike), rather
-                    // than doubled on the way: each doubling copied the
-                    // vector and left the old block to the allocator,
-                    // whose pages a busy coordinator kept. No more than
-                    // the cap, as doubling would have reached.
-                    // (Its key was read before this call.)
-                    let each = before.saturating_sub(buf.remaining()) + encoding::key_len(1);
-                    let more = (buf.remaining() / each).min(MAX_PUZZLES - 1);
-                    self.puzzles.reserve_exact(more);
-                }
-                Ok(())
-            }
-            1 => {
-                encoding::message::merge(wire_type, &mut Puzzle::default(), buf, ctx)?;
-                self.beyond += 1;
-                Ok(())
-            }
+            1 => merge_puzzle(&mut self.puzzles, &mut self.beyond, wire_type, buf, ctx),
             2 => encoding::bool::merge(wire_type, &mut self.ordered, buf, ctx),
             3 => encoding::int32::merge(wire_type, &mut self.priority, buf, ctx),
             _ => encoding::skip_field(wire_type, tag, buf, ctx),
@@ -145,6 +123,155 @@ impl prost::Message for SolveBatchRequest {
 
     fn clear(&mut self) {
         *self = SolveBatchRequest::default();
+    }
+}
+
+/// Reads one puzzle (a `repeated Puzzle` field's element) into `puzzles`,
+/// or past [`MAX_PUZZLES`] counts it in `beyond`.
+fn merge_puzzle(
+    puzzles: &mut Vec<Puzzle>,
+    beyond: &mut usize,
+    wire_type: WireType,
+    buf: &mut impl Buf,
+    ctx: DecodeContext,
+) -> Result<(), prost::DecodeError> {
+    if puzzles.len() >= MAX_PUZZLES {
+        encoding::message::merge(wire_type, &mut Puzzle::default(), buf, ctx)?;
+        *beyond += 1;
+        return Ok(());
+    }
+    let len = puzzles.len();
+    if len > 0 && len == puzzles.capacity() {
+        // Short of room after all: doubled, but never past the cap.
+        puzzles.reserve_exact(len.min(MAX_PUZZLES - len));
+    }
+    let before = buf.remaining();
+    match whole_field(wire_type, buf.chunk())
+        .and_then(|(taken, bytes)| Some((taken, Puzzle::read_plain(bytes)?)))
+    {
+        Some((taken, puzzle)) => {
+            puzzles.push(puzzle);
+            buf.advance(taken);
+        }
+        None => encoding::message::merge_repeated(wire_type, puzzles, buf, ctx)?,
+    }
+    if puzzles.len() == 1 {
+        // Sized once, from the first puzzle's length on the wire (a
+        // message's puzzles are mostly alike), rather than doubled on the
+        // way: each doubling copied the vector and left the old block to
+        // the allocator, whose pages a busy coordinator kept. No more than
+        // the cap, as doubling would have reached. (Its key was read
+        // before this call.)
+        let each = before.saturating_sub(buf.remaining()) + encoding::key_len(1);
+        let more = (buf.remaining() / each).min(MAX_PUZZLES - 1);
+        puzzles.reserve_exact(more);
+    }
+    Ok(())
+}
+
+/// `colball.v1.SubmitRequest` as the coordinator reads it: a job's
+/// options, or a chunk of its puzzles read as a `SolveBatch`'s are.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SubmitRequest {
+    /// The `kind` oneof: fields 1 and 2.
+    pub kind: Option<Submitted>,
+}
+
+/// `colball.v1.SubmitRequest.kind`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Submitted {
+    Options(crate::v1::JobOptions),
+    Puzzles(PuzzleChunk),
+}
+
+/// `colball.v1.PuzzleChunk` as the coordinator reads it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PuzzleChunk {
+    /// Field 1, up to [`MAX_PUZZLES`].
+    pub puzzles: Vec<Puzzle>,
+    /// Puzzles the message held past [`MAX_PUZZLES`] (read, not kept).
+    pub beyond: usize,
+}
+
+impl prost::Message for SubmitRequest {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        match &self.kind {
+            Some(Submitted::Options(o)) => encoding::message::encode(1, o, buf),
+            Some(Submitted::Puzzles(p)) => encoding::message::encode(2, p, buf),
+            None => {}
+        }
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), prost::DecodeError> {
+        // A oneof's message merges into the same variant, and replaces
+        // another (as prost's generated code does).
+        match tag {
+            1 => {
+                let mut o = match self.kind.take() {
+                    Some(Submitted::Options(o)) => o,
+                    _ => Default::default(),
+                };
+                encoding::message::merge(wire_type, &mut o, buf, ctx)?;
+                self.kind = Some(Submitted::Options(o));
+            }
+            2 => {
+                let mut p = match self.kind.take() {
+                    Some(Submitted::Puzzles(p)) => p,
+                    _ => PuzzleChunk::default(),
+                };
+                encoding::message::merge(wire_type, &mut p, buf, ctx)?;
+                self.kind = Some(Submitted::Puzzles(p));
+            }
+            _ => encoding::skip_field(wire_type, tag, buf, ctx)?,
+        }
+        Ok(())
+    }
+
+    fn encoded_len(&self) -> usize {
+        match &self.kind {
+            Some(Submitted::Options(o)) => encoding::message::encoded_len(1, o),
+            Some(Submitted::Puzzles(p)) => encoding::message::encoded_len(2, p),
+            None => 0,
+        }
+    }
+
+    fn clear(&mut self) {
+        *self = SubmitRequest::default();
+    }
+}
+
+impl prost::Message for PuzzleChunk {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        for puzzle in &self.puzzles {
+            encoding::message::encode(1, puzzle, buf);
+        }
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), prost::DecodeError> {
+        match tag {
+            1 => merge_puzzle(&mut self.puzzles, &mut self.beyond, wire_type, buf, ctx),
+            _ => encoding::skip_field(wire_type, tag, buf, ctx),
+        }
+    }
+
+    fn encoded_len(&self) -> usize {
+        encoding::message::encoded_len_repeated(1, &self.puzzles)
+    }
+
+    fn clear(&mut self) {
+        *self = PuzzleChunk::default();
     }
 }
 
@@ -497,6 +624,46 @@ mod tests {
             }
             prop_assert_eq!(read.encoded_len(), bytes.len());
             prop_assert_eq!(read.encode_to_vec(), bytes);
+        }
+
+        /// A job's submission reads as the generated messages do: its
+        /// options field for field, its chunks as a batch's puzzles, and
+        /// both encode back to the same bytes.
+        #[test]
+        fn submissions_read_as_the_generated_messages_do(
+            puzzles in prop::collection::vec(wire_puzzle(), 0..8),
+            name in text(),
+            priority in 0..4i32,
+            puzzles_announced: u64,
+        ) {
+            let options = v1::JobOptions { name, priority, puzzles: puzzles_announced, ..Default::default() };
+            let sent = [
+                v1::SubmitRequest { kind: Some(v1::submit_request::Kind::Options(options.clone())) },
+                v1::SubmitRequest {
+                    kind: Some(v1::submit_request::Kind::Puzzles(v1::PuzzleChunk { puzzles: puzzles.clone() })),
+                },
+                v1::SubmitRequest::default(),
+            ];
+            for sent in sent {
+                let bytes = sent.encode_to_vec();
+                let read = SubmitRequest::decode(bytes.as_slice()).unwrap();
+                match (&read.kind, &sent.kind) {
+                    (Some(Submitted::Options(o)), Some(v1::submit_request::Kind::Options(s))) => {
+                        prop_assert_eq!(o, s);
+                    }
+                    (Some(Submitted::Puzzles(c)), Some(v1::submit_request::Kind::Puzzles(s))) => {
+                        prop_assert_eq!(c.puzzles.len(), s.puzzles.len());
+                        for (r, s) in c.puzzles.iter().zip(&s.puzzles) {
+                            prop_assert_eq!(r.id.as_str(), s.id.as_str());
+                            prop_assert_eq!(crate::puzzle_from_wire(r), crate::puzzle_from_wire(s));
+                        }
+                    }
+                    (None, None) => {}
+                    (read, sent) => prop_assert!(false, "{:?} read as {:?}", sent, read),
+                }
+                prop_assert_eq!(read.encoded_len(), bytes.len());
+                prop_assert_eq!(read.encode_to_vec(), bytes);
+            }
         }
 
         /// Any bytes at all: decoded as the generated type would (the same

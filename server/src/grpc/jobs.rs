@@ -5,9 +5,9 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use colball_proto::puzzle_from_wire;
-use colball_proto::v1::jobs_server::Jobs as JobsRpc;
-use colball_proto::v1::{self, submit_request};
+use colball_proto::ingest::jobs_server::Jobs as JobsRpc;
+use colball_proto::ingest::{self, MAX_PUZZLES, Submitted};
+use colball_proto::{egress, puzzle_from_wire, v1};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
@@ -21,7 +21,7 @@ pub struct JobsService {
     pub jobs: Arc<Jobs>,
 }
 
-type ResultStream = Pin<Box<dyn Stream<Item = Result<v1::PuzzleResult, Status>> + Send>>;
+type ResultStream = Pin<Box<dyn Stream<Item = Result<egress::PuzzleResult, Status>> + Send>>;
 
 impl From<JobError> for Status {
     fn from(e: JobError) -> Status {
@@ -47,8 +47,14 @@ impl From<JobError> for Status {
 
 /// A chunk of `Submit`'s puzzles, read: each puzzle parsed, or the error
 /// result it gets (its index is set when it is stored).
-fn entries(chunk: Vec<v1::Puzzle>) -> Vec<Entry> {
-    chunk
+fn entries(chunk: ingest::PuzzleChunk) -> Result<Vec<Entry>, Status> {
+    if chunk.beyond > 0 {
+        return Err(Status::resource_exhausted(format!(
+            "field puzzles: a chunk of more than {MAX_PUZZLES} puzzles; send smaller chunks"
+        )));
+    }
+    Ok(chunk
+        .puzzles
         .into_iter()
         .map(|wire| match puzzle_from_wire(&wire) {
             Ok(puzzle) => Entry::Puzzle {
@@ -57,20 +63,20 @@ fn entries(chunk: Vec<v1::Puzzle>) -> Vec<Entry> {
             },
             Err(e) => Entry::Invalid(v1::PuzzleResult::invalid(0, &e)),
         })
-        .collect()
+        .collect())
 }
 
 #[tonic::async_trait]
 impl JobsRpc for JobsService {
     async fn submit(
         &self,
-        request: Request<Streaming<v1::SubmitRequest>>,
+        request: Request<Streaming<ingest::SubmitRequest>>,
     ) -> Result<Response<v1::JobAccepted>, Status> {
         let client = client_of(&request);
         let mut inbound = request.into_inner();
         let first = inbound.message().await?;
-        let Some(v1::SubmitRequest {
-            kind: Some(submit_request::Kind::Options(options)),
+        let Some(ingest::SubmitRequest {
+            kind: Some(Submitted::Options(options)),
         }) = first
         else {
             return Err(Status::invalid_argument(
@@ -78,7 +84,7 @@ impl JobsRpc for JobsService {
             ));
         };
         let chunks = inbound.map(|m| match m?.kind {
-            Some(submit_request::Kind::Puzzles(chunk)) => Ok(entries(chunk.puzzles)),
+            Some(Submitted::Puzzles(chunk)) => entries(chunk),
             _ => Err(Status::invalid_argument(
                 "field puzzles: only the first message of Submit carries options",
             )),

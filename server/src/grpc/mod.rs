@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use colball_core::Priority;
 use colball_proto::MAX_MESSAGE_BYTES;
+use colball_proto::ingest::jobs_server::JobsServer;
 use colball_proto::ingest::solver_server::SolverServer;
-use colball_proto::v1;
 use colball_proto::v1::workers_server::WorkersServer;
 use tokio::net::TcpListener;
 use tokio_stream::StreamExt;
@@ -93,7 +93,7 @@ pub async fn serve(
     })
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let job_service = v1::jobs_server::JobsServer::new(jobs::JobsService {
+    let job_service = JobsServer::new(jobs::JobsService {
         jobs: app.jobs.clone(),
     })
     .max_decoding_message_size(MAX_MESSAGE_BYTES)

@@ -33,7 +33,7 @@ use axum::http::{StatusCode, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{any, get};
-use colball_proto::v1::{self, puzzle_result};
+use colball_proto::{egress, v1};
 use colball_solver::format::{Read, Reader, jsonl};
 use serde::Deserialize;
 use serde_json::json;
@@ -234,7 +234,7 @@ fn upload(body: Body) -> impl Stream<Item = Result<Vec<Entry>, Response>> + Unpi
                     .read
                     .drain(..n)
                     .map(|r| Entry::Puzzle {
-                        id: r.id,
+                        id: r.id.into(),
                         puzzle: r.puzzle,
                     })
                     .collect();
@@ -321,21 +321,21 @@ async fn results(
 }
 
 /// A result as `colball solve --output jsonl` prints it.
-fn record(r: &v1::PuzzleResult) -> String {
+fn record(r: &egress::PuzzleResult) -> String {
     match &r.outcome {
-        Some(puzzle_result::Outcome::Solved(s)) => jsonl::to_line(&jsonl::SolvedRecord {
-            id: r.id.clone(),
+        Some(egress::Outcome::Solved(s)) => jsonl::to_line(&jsonl::SolvedRecord {
+            id: r.id.to_string(),
             moves: s.moves,
-            solution: s.solution.clone(),
-            strategy: s.strategy.clone(),
+            solution: s.solution.to_string(),
+            strategy: s.strategy.to_string(),
             time_us: s.time_us,
         }),
-        Some(puzzle_result::Outcome::Error(e)) => jsonl::to_line(&jsonl::ErrorRecord {
-            id: Some(r.id.clone()),
+        Some(egress::Outcome::Error(e)) => jsonl::to_line(&jsonl::ErrorRecord {
+            id: Some(r.id.to_string()),
             line: r.index as usize + 1,
             error: e.message.clone(),
         }),
-        None => json!({ "id": r.id, "error": "no outcome" }).to_string(),
+        None => json!({ "id": r.id.as_str(), "error": "no outcome" }).to_string(),
     }
 }
 

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use colball_proto::v1;
+use colball_proto::egress;
 use colball_solver::order::InOrder;
 use tokio::sync::{broadcast, mpsc};
 
@@ -34,7 +34,7 @@ const READ: usize = 1024;
 /// let go when full).
 #[derive(Clone, Debug)]
 struct Ahead {
-    order: InOrder<v1::PuzzleResult>,
+    order: InOrder<egress::PuzzleResult>,
     scan: Option<u64>,
     cap: usize,
 }
@@ -50,7 +50,7 @@ impl Ahead {
     }
 
     /// The next result due, if it is here.
-    fn pop(&mut self) -> Option<v1::PuzzleResult> {
+    fn pop(&mut self) -> Option<egress::PuzzleResult> {
         self.order.pop()
     }
 
@@ -70,7 +70,7 @@ impl Ahead {
 
     /// What a read from [`Self::scan_from`] found, in index order, at most
     /// `limit`: fewer means nothing more is stored beyond.
-    fn scanned(&mut self, found: Vec<v1::PuzzleResult>, limit: usize) {
+    fn scanned(&mut self, found: Vec<egress::PuzzleResult>, limit: usize) {
         self.scan = (found.len() == limit)
             .then(|| found.last().map(|r| r.index + 1))
             .flatten();
@@ -80,7 +80,7 @@ impl Ahead {
     }
 
     /// A group the writer stored.
-    fn group(&mut self, results: &[v1::PuzzleResult]) {
+    fn group(&mut self, results: &[egress::PuzzleResult]) {
         for r in results {
             self.keep(r.clone());
         }
@@ -89,7 +89,7 @@ impl Ahead {
     /// Keeps a result ahead (once). Past the room, the furthest one waits
     /// in the store, to be read once there is room (`next`, the nearest,
     /// always stays).
-    fn keep(&mut self, r: v1::PuzzleResult) {
+    fn keep(&mut self, r: egress::PuzzleResult) {
         if self.order.insert(r.index, r) && self.order.held() > self.cap {
             if let Some((far, _)) = self.order.pop_furthest() {
                 self.scan = Some(self.scan.map_or(far, |at| at.min(far)));
@@ -112,7 +112,7 @@ impl Jobs {
         row: JobRow,
         from: u64,
         follow: bool,
-    ) -> mpsc::Receiver<Result<v1::PuzzleResult, JobError>> {
+    ) -> mpsc::Receiver<Result<egress::PuzzleResult, JobError>> {
         let (tx, rx) = mpsc::channel(256);
         let span = tracing::info_span!("results", job = %row.id(), from);
         let jobs = self.clone();
@@ -255,7 +255,7 @@ impl Jobs {
         seq: i64,
         total: &mut Option<u64>,
         next: u64,
-        tx: &mpsc::Sender<Result<v1::PuzzleResult, JobError>>,
+        tx: &mpsc::Sender<Result<egress::PuzzleResult, JobError>>,
     ) -> bool {
         match self.size_reached(seq, total, next).await {
             Ok(done) => done,
@@ -309,10 +309,10 @@ mod tests {
 
     use super::*;
 
-    fn result(index: u64) -> v1::PuzzleResult {
-        v1::PuzzleResult {
+    fn result(index: u64) -> egress::PuzzleResult {
+        egress::PuzzleResult {
             index,
-            ..v1::PuzzleResult::default()
+            ..egress::PuzzleResult::default()
         }
     }
 

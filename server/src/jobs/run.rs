@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use colball_core::Priority;
-use colball_proto::v1;
+use colball_proto::egress;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -52,7 +52,7 @@ pub(super) struct Upload {
 /// One stored group's new results of one job, as the writer stored them.
 /// A follower that keeps up takes its results from here rather than reading
 /// back from the store what was just written.
-pub(super) type Live = Arc<Vec<v1::PuzzleResult>>;
+pub(super) type Live = Arc<Vec<egress::PuzzleResult>>;
 
 /// How a run ended, for its watchers.
 const STOPPED: &str = "cancelled or stopped";
@@ -225,7 +225,7 @@ impl Jobs {
                 .into_iter()
                 .map(|(index, id, puzzle)| Parsed {
                     index,
-                    id: id.into(),
+                    id,
                     puzzle: Ok(puzzle),
                 })
                 .collect();

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use colball_core::Priority;
-use colball_proto::v1;
+use colball_proto::{egress, v1};
 use tokio_stream::{Stream, StreamExt};
 
 use super::keys::{KeyHold, check_key};
@@ -99,7 +99,7 @@ impl Jobs {
                 for (index, entry) in (count..).zip(&mut chunk) {
                     if let Entry::Invalid(r) = entry {
                         r.index = index;
-                        invalid.push(r.clone());
+                        invalid.push(egress::PuzzleResult::from(r.clone()));
                     }
                 }
                 let valid = n - invalid.len() as u64;

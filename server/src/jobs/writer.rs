@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use colball_proto::v1;
+use colball_proto::egress;
 use tokio::sync::mpsc;
 
 use super::Jobs;
@@ -95,7 +95,7 @@ impl Jobs {
     /// nothing is built for a job nobody follows.
     fn live(&self, written: Vec<ToWrite>, new: &[bool]) {
         // `None` for a job nobody follows.
-        let mut by_job: BTreeMap<i64, Option<Vec<v1::PuzzleResult>>> = BTreeMap::new();
+        let mut by_job: BTreeMap<i64, Option<Vec<egress::PuzzleResult>>> = BTreeMap::new();
         for ((job, result), _) in written.into_iter().zip(new).filter(|(_, new)| **new) {
             let group = by_job.entry(job).or_insert_with(|| {
                 let followed = self
@@ -105,7 +105,7 @@ impl Jobs {
                 followed.then(Vec::new)
             });
             if let Some(group) = group {
-                group.push(result.into());
+                group.push(result);
             }
         }
         for (job, results) in by_job {

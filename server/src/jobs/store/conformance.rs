@@ -58,7 +58,7 @@ pub(super) fn entries(n: usize) -> Vec<Entry> {
     let mut g = Generator::new(4);
     (0..n)
         .map(|i| Entry::Puzzle {
-            id: format!("p{i}"),
+            id: format!("p{i}").into(),
             puzzle: g.uniform(Size::ALL[i % Size::ALL.len()]),
         })
         .collect()
@@ -85,7 +85,7 @@ pub(super) fn new_job(owner: &str) -> NewJob {
     }
 }
 
-fn indices(results: &[v1::PuzzleResult]) -> Vec<u64> {
+fn indices(results: &[egress::PuzzleResult]) -> Vec<u64> {
     results.iter().map(|r| r.index).collect()
 }
 
@@ -262,10 +262,10 @@ async fn invalid_puzzles_are_stored_with_their_error_and_a_job_of_them_is_done_w
         // The error result carries its index in the job.
         assert_eq!(
             s.results_after(job, 0, 9).await.unwrap(),
-            [v1::PuzzleResult {
+            [egress::PuzzleResult::from(v1::PuzzleResult {
                 index: 1,
                 ..bad.clone()
-            }]
+            })]
         );
         put(s, vec![(job, solved(0)), (job, solved(2))]).await;
         let row = s.seal(job, 5).await.unwrap();

@@ -14,7 +14,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use colball_proto::prost::Message;
-use colball_proto::v1;
+use colball_proto::{egress, v1};
 use colball_solver::Puzzle;
 use ecow::EcoString;
 
@@ -83,8 +83,8 @@ impl Job {
     }
 }
 
-fn decode(bytes: &[u8]) -> Option<v1::PuzzleResult> {
-    v1::PuzzleResult::decode(bytes).ok()
+fn decode(bytes: &[u8]) -> Option<egress::PuzzleResult> {
+    egress::PuzzleResult::decode(bytes).ok()
 }
 
 impl MemoryStore {
@@ -213,7 +213,7 @@ impl JobStore for MemoryStore {
             match entry {
                 Entry::Puzzle { id, puzzle } => {
                     stored.bytes += id.len() as u64 + ROW_BYTES;
-                    stored.puzzles.push(Some((id.into(), puzzle)));
+                    stored.puzzles.push(Some((id, puzzle)));
                 }
                 Entry::Invalid(_) => {
                     stored.bytes += ROW_BYTES;
@@ -326,7 +326,7 @@ impl JobStore for MemoryStore {
             .filter(|(i, _)| !stored.has_result(*i))
             .filter_map(|(i, p)| {
                 p.as_ref()
-                    .map(|(id, puzzle)| (i as u64, id.to_string(), *puzzle))
+                    .map(|(id, puzzle)| (i as u64, id.clone(), *puzzle))
             })
             .take(limit)
             .collect())
@@ -365,13 +365,13 @@ impl JobStore for MemoryStore {
         from: u64,
         limit: usize,
         stored_order: bool,
-    ) -> Result<Vec<v1::PuzzleResult>, StoreError> {
+    ) -> Result<Vec<egress::PuzzleResult>, StoreError> {
         let books = self.books();
         let Some(stored) = books.jobs.get(&job) else {
             return Ok(Vec::new());
         };
         let from = usize::try_from(from).unwrap_or(usize::MAX);
-        let found: Vec<v1::PuzzleResult> = if stored_order {
+        let found: Vec<egress::PuzzleResult> = if stored_order {
             stored
                 .order
                 .iter()
@@ -396,7 +396,7 @@ impl JobStore for MemoryStore {
         job: i64,
         from: u64,
         limit: usize,
-    ) -> Result<Vec<v1::PuzzleResult>, StoreError> {
+    ) -> Result<Vec<egress::PuzzleResult>, StoreError> {
         let books = self.books();
         let Some(stored) = books.jobs.get(&job) else {
             return Ok(Vec::new());

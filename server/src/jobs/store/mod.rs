@@ -17,6 +17,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use colball_proto::{egress, v1};
 use colball_solver::Puzzle;
+use ecow::EcoString;
 
 /// A job's state as stored (the wire `JobState` numbers, and 0 while its
 /// puzzles are still arriving: such a job was never acknowledged).
@@ -119,12 +120,12 @@ pub struct NewJob {
 /// One puzzle of a job as submitted: parsed, or the error result it gets.
 #[derive(Clone, Debug)]
 pub enum Entry {
-    Puzzle { id: String, puzzle: Puzzle },
+    Puzzle { id: EcoString, puzzle: Puzzle },
     Invalid(v1::PuzzleResult),
 }
 
 /// A puzzle of a job without a result yet: its index, id and puzzle.
-pub type Pending = (u64, String, Puzzle);
+pub type Pending = (u64, EcoString, Puzzle);
 
 /// A result of job `.0` to store.
 pub type ToWrite = (i64, egress::PuzzleResult);
@@ -226,7 +227,7 @@ pub trait JobStore: Send + Sync + std::fmt::Debug + 'static {
         from: u64,
         limit: usize,
         stored_order: bool,
-    ) -> Result<Vec<v1::PuzzleResult>, StoreError>;
+    ) -> Result<Vec<egress::PuzzleResult>, StoreError>;
 
     /// Stored results of the job from index `from` in input order, gaps
     /// and all, at most `limit`.
@@ -235,7 +236,7 @@ pub trait JobStore: Send + Sync + std::fmt::Debug + 'static {
         job: i64,
         from: u64,
         limit: usize,
-    ) -> Result<Vec<v1::PuzzleResult>, StoreError>;
+    ) -> Result<Vec<egress::PuzzleResult>, StoreError>;
 }
 
 /// The store for a coordinator: SQLite in `data_dir` when there is one,

@@ -12,6 +12,7 @@
 //! puzzle's id as its length (LEB128) and bytes.
 
 use colball_solver::{Board, Puzzle, Size};
+use ecow::EcoString;
 
 use super::super::Entry;
 
@@ -65,7 +66,7 @@ pub fn pack(entries: &[Entry]) -> (Vec<u8>, Vec<u8>) {
 pub fn unpack<'a>(
     puzzles: &'a [u8],
     ids: &'a [u8],
-) -> impl Iterator<Item = Option<(String, Puzzle)>> + 'a {
+) -> impl Iterator<Item = Option<(EcoString, Puzzle)>> + 'a {
     let mut ids = ids;
     puzzles.chunks_exact(PUZZLE_BYTES).map(move |p| {
         let len = take_len(&mut ids)?;
@@ -74,7 +75,7 @@ pub fn unpack<'a>(
             return None;
         };
         ids = rest;
-        let id = String::from_utf8(id.to_vec()).ok()?;
+        let id = EcoString::from(std::str::from_utf8(id).ok()?);
         let size = Size::new(usize::from(p[0] / 10), usize::from(p[0] % 10)).ok()?;
         let word = |at: usize| u32::from_le_bytes([p[at], p[at + 1], p[at + 2], p[at + 3]]);
         let start = Board::from_packed(size, word(1))?;
@@ -126,9 +127,9 @@ mod tests {
         let mut entries: Vec<Entry> = (0..40)
             .map(|i| Entry::Puzzle {
                 id: if i == 7 {
-                    "é".repeat(100)
+                    "é".repeat(100).into()
                 } else {
-                    format!("p{i}")
+                    format!("p{i}").into()
                 },
                 puzzle: g.uniform(Size::ALL[i % Size::ALL.len()]),
             })

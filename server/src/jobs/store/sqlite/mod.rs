@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use colball_proto::prost::Message;
-use colball_proto::v1;
+use colball_proto::{egress, v1};
 use rusqlite::{Connection, OptionalExtension, params};
 
 mod layout;
@@ -482,14 +482,14 @@ impl Database {
         from: u64,
         limit: usize,
         stored_order: bool,
-    ) -> Result<Vec<v1::PuzzleResult>, StoreError> {
+    ) -> Result<Vec<egress::PuzzleResult>, StoreError> {
         let rows = self.result_rows(job, from, limit, stored_order)?;
         let mut out = Vec::with_capacity(rows.len());
         for (next, (at, bytes)) in (from..).zip(rows) {
             if at != next {
                 break;
             }
-            let Ok(r) = v1::PuzzleResult::decode(bytes.as_slice()) else {
+            let Ok(r) = egress::PuzzleResult::decode(bytes.as_slice()) else {
                 break;
             };
             out.push(r);
@@ -504,11 +504,11 @@ impl Database {
         job: i64,
         from: u64,
         limit: usize,
-    ) -> Result<Vec<v1::PuzzleResult>, StoreError> {
+    ) -> Result<Vec<egress::PuzzleResult>, StoreError> {
         let rows = self.result_rows(job, from, limit, false)?;
         Ok(rows
             .iter()
-            .map_while(|(_, bytes)| v1::PuzzleResult::decode(bytes.as_slice()).ok())
+            .map_while(|(_, bytes)| egress::PuzzleResult::decode(bytes.as_slice()).ok())
             .collect())
     }
 
@@ -680,7 +680,7 @@ impl JobStore for SqliteStore {
         from: u64,
         limit: usize,
         stored_order: bool,
-    ) -> Result<Vec<v1::PuzzleResult>, StoreError> {
+    ) -> Result<Vec<egress::PuzzleResult>, StoreError> {
         self.call(move |db| db.results(job, from, limit, stored_order))
             .await?
     }
@@ -690,7 +690,7 @@ impl JobStore for SqliteStore {
         job: i64,
         from: u64,
         limit: usize,
-    ) -> Result<Vec<v1::PuzzleResult>, StoreError> {
+    ) -> Result<Vec<egress::PuzzleResult>, StoreError> {
         self.call(move |db| db.results_after(job, from, limit))
             .await?
     }
@@ -709,7 +709,7 @@ mod tests {
         let job = s.create(&new_job("alice")).unwrap();
         s.add(job, 0, &entries(10)).unwrap();
         s.seal(job, 2).unwrap();
-        let result = colball_proto::egress::PuzzleResult::failed("p1".into(), 1, "no".into());
+        let result = egress::PuzzleResult::failed("p1".into(), 1, "no".into());
         assert_eq!(s.put_results(&[(job, result)]).unwrap(), [true]);
         let half = s.create(&new_job("bob")).unwrap();
         s.add(half, 0, &entries(2)).unwrap();
@@ -776,7 +776,7 @@ mod tests {
                     "INSERT INTO puzzles VALUES (1, ?1, ?2, ?3, ?4, ?5)",
                     params![
                         i as i64,
-                        id,
+                        id.as_str(),
                         (size.rows() * 10 + size.cols()) as i64,
                         puzzle.start().packed(),
                         puzzle.target().packed()

@@ -120,7 +120,7 @@ fn chunk_puzzles(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
         let idx = idx as u64;
         let entry = match unpack(row.get(3)?, row.get(4)?, row.get(5)?) {
             Some(puzzle) => Entry::Puzzle {
-                id: row.get(2)?,
+                id: row.get::<_, String>(2)?.into(),
                 puzzle,
             },
             None => Entry::Invalid(Default::default()),
