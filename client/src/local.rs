@@ -19,7 +19,7 @@ use colball_solver::{Engine, Method, Puzzle, Solution, Solver};
 
 /// One solved case.
 #[derive(Clone, Debug)]
-pub struct Solved {
+pub struct SolvedCase {
     pub index: usize,
     pub solution: Solution,
     /// What answered it: cache, bidir, idastar or table.
@@ -39,12 +39,12 @@ pub fn solve_in_order<E>(
     puzzles: &[Puzzle],
     threads: usize,
     engine: &Arc<Engine>,
-    mut on_result: impl FnMut(Solved) -> Result<(), E>,
+    mut on_result: impl FnMut(SolvedCase) -> Result<(), E>,
 ) -> Result<(), E> {
     let threads = threads.clamp(1, puzzles.len().max(1));
     engine.announce(puzzles);
     let next = AtomicUsize::new(0);
-    let (tx, rx) = mpsc::sync_channel::<Solved>(threads * 64);
+    let (tx, rx) = mpsc::sync_channel::<SolvedCase>(threads * 64);
     std::thread::scope(|scope| {
         for _ in 0..threads {
             let tx = tx.clone();
@@ -59,7 +59,7 @@ pub fn solve_in_order<E>(
                     };
                     let began = Instant::now();
                     let answer = solver.solve(puzzle);
-                    let solved = Solved {
+                    let solved = SolvedCase {
                         index,
                         solution: answer.solution,
                         method: answer.method,

@@ -6,8 +6,17 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::coordinator::{Config, Shared, StartError};
-use crate::jobs::{Jobs, store};
+use crate::coordinator::{Config, SetupError, Shared};
+use crate::jobs::{Jobs, StoreError, store};
+
+/// Why the coordinator could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
 
 /// See the module documentation.
 #[derive(Clone, Debug)]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
-use colball_client::local::{self, Solved};
+use colball_client::local::{self, SolvedCase};
 use colball_client::progress::Progress;
 #[cfg(feature = "cluster")]
 use colball_client::{jobs, remote};
@@ -146,7 +146,7 @@ pub(crate) fn solve(args: SolveArgs, quiet: bool) -> Result<ExitCode> {
         solve_remote(url, &args, &named, &progress, &mut emit)?;
     } else {
         let engine = args.engine.engine(threads);
-        local::solve_in_order(&puzzles, threads, &engine, |solved: Solved| {
+        local::solve_in_order(&puzzles, threads, &engine, |solved: SolvedCase| {
             emit(&solved.solution, solved.method.name(), solved.elapsed)
         })?;
     }

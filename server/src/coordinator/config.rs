@@ -9,7 +9,7 @@ use colball_proto::Secret;
 
 use super::events;
 #[cfg(test)]
-use super::{Shared, StartError};
+use super::{SetupError, Shared};
 use colball_core::policy::Credit;
 use colball_core::{Limits, MAX_ATTEMPTS};
 
@@ -282,7 +282,7 @@ mod tests {
             ..Config::default()
         };
         let refused = Shared::new(config, CancellationToken::new()).map(drop);
-        assert!(matches!(refused, Err(StartError::Config(_))));
+        assert!(matches!(refused, Err(SetupError::Config(_))));
     }
 
     #[test]

@@ -47,7 +47,6 @@ use dashmap::DashMap;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tonic::Status;
 use tracing::Instrument;
 
 use crate::auth::{self, TokenSet};
@@ -60,7 +59,9 @@ use per_client::PerClient;
 use traffic::Traffic;
 
 /// What a worker's session stream sends.
-type WorkerTx = mpsc::UnboundedSender<Result<v1::CoordinatorMessage, Status>>;
+/// What a worker's session stream sends: messages, and last, when the
+/// state closed the session, why (the gRPC layer says it as a status).
+type WorkerTx = mpsc::UnboundedSender<Result<v1::CoordinatorMessage, LossReason>>;
 
 /// One worker's session as the driver holds it.
 #[derive(Debug)]
@@ -94,21 +95,19 @@ pub struct Shared {
     tasks: TaskTracker,
 }
 
-/// Why the coordinator could not start.
+/// Why the scheduler's driver could not be set up.
 #[derive(Debug, thiserror::Error)]
-pub enum StartError {
+pub enum SetupError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error(transparent)]
     Tokens(#[from] auth::TokenFileError),
-    #[error(transparent)]
-    Store(#[from] crate::jobs::StoreError),
 }
 
 impl Shared {
     /// Builds the scheduler's driver (reading the client tokens file);
     /// nothing runs until the services do.
-    pub fn new(config: Config, shutdown: CancellationToken) -> Result<Arc<Shared>, StartError> {
+    pub fn new(config: Config, shutdown: CancellationToken) -> Result<Arc<Shared>, SetupError> {
         config.validate()?;
         let tokens = TokenSet::new(
             config.client_token.clone(),
@@ -217,9 +216,7 @@ impl Shared {
                 ),
                 Effect::Close { worker, reason } => {
                     if let Some((_, link)) = self.links.remove(&worker) {
-                        if let Some(status) = close_status(&reason) {
-                            let _ = link.tx.send(Err(status));
-                        }
+                        let _ = link.tx.send(Err(reason));
                         link.stop.cancel();
                     }
                 }
@@ -317,20 +314,6 @@ impl Shared {
     }
 }
 
-/// The status a worker's stream ends with, when it should say why.
-fn close_status(reason: &LossReason) -> Option<Status> {
-    match reason {
-        LossReason::Quarantined(r) => Some(Status::permission_denied(format!(
-            "quarantined: {r}; this worker's answers are refused for --quarantine-secs"
-        ))),
-        LossReason::Protocol(e) => Some(Status::invalid_argument(format!("protocol error: {e}"))),
-        LossReason::Stuck => Some(Status::deadline_exceeded(
-            "a task was held past the coordinator's --task-timeout-secs; reconnect",
-        )),
-        LossReason::Silent => Some(Status::deadline_exceeded("heartbeats missed; reconnect")),
-        LossReason::Left | LossReason::Disconnected | LossReason::Shutdown => None,
-    }
-}
 /// Declares silent and stuck workers lost, fails requests left without
 /// workers, and publishes queue depths.
 pub(crate) async fn housekeeping(shared: Arc<Shared>) {

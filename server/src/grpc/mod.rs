@@ -27,9 +27,9 @@ use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
 use tonic::{Code, Request, Status};
 
-use crate::app::App;
+use crate::app::{App, StartError};
 use crate::auth::{self, Identity, Role};
-use crate::coordinator::{Config, Shared, StartError, housekeeping};
+use crate::coordinator::{Config, Shared, housekeeping};
 use crate::error::ServerError;
 use colball_core::RegisterError;
 use solver::SolverService;

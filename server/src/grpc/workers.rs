@@ -9,8 +9,8 @@ use std::time::Duration;
 use colball_proto::PROTOCOL_VERSION;
 use colball_proto::v1::{self, coordinator_message, worker_message, workers_server::Workers};
 use tokio::sync::mpsc;
-use tokio_stream::Stream;
 use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -100,7 +100,13 @@ impl Workers for WorkersService {
         shared
             .clone()
             .spawn(span, session_loop(shared, worker, inbound, stop));
-        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
+        // A closed session's stream ends with a status saying why, or
+        // without one when there is nothing to say.
+        let messages = UnboundedReceiverStream::new(rx).map_while(|m| match m {
+            Ok(m) => Some(Ok(m)),
+            Err(reason) => close_status(&reason).map(Err),
+        });
+        Ok(Response::new(Box::pin(messages)))
     }
 }
 
@@ -155,4 +161,20 @@ async fn session_loop(
     };
     shared.tell(Input::WorkerLost { worker, reason });
     shared.links.remove(&worker);
+}
+
+/// The status a worker's stream ends with when the state closed its
+/// session, when it should say why.
+fn close_status(reason: &LossReason) -> Option<Status> {
+    match reason {
+        LossReason::Quarantined(r) => Some(Status::permission_denied(format!(
+            "quarantined: {r}; this worker's answers are refused for --quarantine-secs"
+        ))),
+        LossReason::Protocol(e) => Some(Status::invalid_argument(format!("protocol error: {e}"))),
+        LossReason::Stuck => Some(Status::deadline_exceeded(
+            "a task was held past the coordinator's --task-timeout-secs; reconnect",
+        )),
+        LossReason::Silent => Some(Status::deadline_exceeded("heartbeats missed; reconnect")),
+        LossReason::Left | LossReason::Disconnected | LossReason::Shutdown => None,
+    }
 }

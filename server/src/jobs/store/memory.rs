@@ -36,12 +36,12 @@ pub struct MemoryStore {
 #[derive(Debug, Default)]
 struct Books {
     last_seq: i64,
-    jobs: BTreeMap<i64, Job>,
+    jobs: BTreeMap<i64, StoredJob>,
     bytes: u64,
 }
 
 #[derive(Debug)]
-struct Job {
+struct StoredJob {
     row: JobRow,
     /// By index: the puzzle, or `None` for one stored with its error.
     puzzles: Vec<Option<(EcoString, Puzzle)>>,
@@ -52,7 +52,7 @@ struct Job {
     bytes: u64,
 }
 
-impl Job {
+impl StoredJob {
     /// Stores result `r` of puzzle `index` unless it has one; whether it
     /// was new.
     fn put(&mut self, index: u64, encoded: Box<[u8]>, error: bool) -> bool {
@@ -161,7 +161,7 @@ impl JobStore for MemoryStore {
         books.bytes += JOB_BYTES;
         books.jobs.insert(
             seq,
-            Job {
+            StoredJob {
                 row,
                 puzzles: Vec::new(),
                 results: Vec::new(),
