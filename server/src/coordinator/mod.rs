@@ -81,7 +81,7 @@ pub struct Shared {
     per_client: Arc<PerClient>,
     pub(crate) tokens: Arc<TokenSet>,
     pub(crate) workers: watch::Sender<usize>,
-    pub(crate) events: Arc<EventLog>,
+    events: Arc<EventLog>,
     pub(crate) shutdown: CancellationToken,
     /// Numbers for requests and workers (the state takes them as inputs).
     next_id: AtomicU64,
@@ -276,16 +276,6 @@ impl Shared {
     /// The coordinator's result cache.
     pub fn cache(&self) -> &ResultCache {
         &self.cache
-    }
-
-    /// The number of workers connected, as it changes.
-    pub(crate) fn worker_count(&self) -> watch::Receiver<usize> {
-        self.workers.subscribe()
-    }
-
-    /// Cancelled when shutdown begins.
-    pub(crate) fn shutdown_token(&self) -> &CancellationToken {
-        &self.shutdown
     }
 
     /// Waits for the tasks of requests, jobs, watchers and sessions, up to

@@ -111,7 +111,7 @@ impl Solver for SolverService {
         let from = request.into_inner().from_sequence;
         let subscription = self
             .shared
-            .events
+            .events()
             .subscribe(from)
             .map_err(|gone| Status::out_of_range(gone.to_string()))?;
         tracing::debug!(?from, "watcher joined");
@@ -159,7 +159,7 @@ async fn follow(
         match received {
             Ok(event) => backlog.push(event),
             Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                match shared.events.since(after + 1) {
+                match shared.events().since(after + 1) {
                     Ok(missed) => backlog = missed,
                     Err(gone) => {
                         let message = format!("this watcher fell behind: {gone}");

@@ -242,21 +242,18 @@ fn upload(body: Body) -> impl Stream<Item = Result<Vec<Entry>, Response>> + Unpi
             }
             let reader = up.reader.as_mut()?;
             let outcome = match up.body.next().await {
-                Some(Ok(piece)) => reader.push(&piece, &mut up.read),
-                Some(Err(e)) => {
-                    up.reader = None;
-                    let message = format!("the request body broke off: {e}");
-                    return Some((Err(error(StatusCode::BAD_REQUEST, message)), up));
-                }
+                Some(Ok(piece)) => reader.push(&piece, &mut up.read).map_err(|e| e.to_string()),
+                Some(Err(e)) => Err(format!("the request body broke off: {e}")),
                 None => up
                     .reader
                     .take()
-                    .map_or(Ok(()), |reader| reader.finish(&mut up.read)),
+                    .map_or(Ok(()), |reader| reader.finish(&mut up.read))
+                    .map_err(|e| e.to_string()),
             };
-            if let Err(e) = outcome {
+            if let Err(message) = outcome {
                 up.reader = None;
                 up.read.clear();
-                return Some((Err(error(StatusCode::BAD_REQUEST, e.to_string())), up));
+                return Some((Err(error(StatusCode::BAD_REQUEST, message)), up));
             }
         }
     }))

@@ -168,7 +168,7 @@ impl Jobs {
                         // Should a group go astray, the store has it.
                         _ = safety.tick() => ahead.missed(),
                         () = tx.closed() => return,
-                        () = jobs.scheduler.shutdown_token().cancelled() => {
+                        () = jobs.scheduler.shutdown.cancelled() => {
                             let _ = tx.send(Err(JobError::ShuttingDown)).await;
                             return;
                         }
@@ -236,7 +236,7 @@ impl Jobs {
                     _ = stored.changed() => {}
                     () = tokio::time::sleep(Duration::from_millis(500)) => {}
                     () = tx.closed() => return,
-                    () = jobs.scheduler.shutdown_token().cancelled() => {
+                    () = jobs.scheduler.shutdown.cancelled() => {
                         let _ = tx.send(Err(JobError::ShuttingDown)).await;
                         return;
                     }

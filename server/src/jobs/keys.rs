@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 use super::JobError;
 
 /// How long a read by key waits for the submission to begin.
-pub(super) const KEY_WAIT: Duration = Duration::from_secs(10);
+const KEY_WAIT: Duration = Duration::from_secs(10);
 
 /// The keys of the jobs being submitted or run, by owner and key, and a
 /// signal when one is taken.

@@ -33,9 +33,8 @@ use tokio::sync::mpsc;
 
 pub use error::{JobError, SubmitError};
 use keys::Keys;
-pub use keys::check_key;
+use keys::check_key;
 use run::Run;
-pub use run::WINDOW;
 pub use store::{Entry, JobRow, JobState, JobStore, StoreError};
 
 use crate::coordinator::events;

@@ -123,7 +123,7 @@ impl Jobs {
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
-                () = self.scheduler.shutdown_token().cancelled() => return,
+                () = self.scheduler.shutdown.cancelled() => return,
             }
             let keep = self.limits.retention.as_millis() as i64;
             let before = events::unix_ms().saturating_sub(keep);
@@ -251,12 +251,12 @@ impl Jobs {
                     // for lack of workers unless it asked to be, and not
                     // before it is acknowledged (then the window is tried
                     // again, and fails as it asked).
-                    let mut workers = self.scheduler.worker_count();
+                    let mut workers = self.scheduler.workers.subscribe();
                     tokio::select! {
                         _ = workers.wait_for(|n| *n > 0) => {}
                         _ = upload.wait_for(|u| u.sealed), if !sealed => {}
                         () = cancel.cancelled() => return STOPPED.into(),
-                        () = self.scheduler.shutdown_token().cancelled() => return STOPPED.into(),
+                        () = self.scheduler.shutdown.cancelled() => return STOPPED.into(),
                     }
                 }
             }

@@ -187,11 +187,6 @@ impl Database {
         self.path.is_some()
     }
 
-    /// The database file, if on disk.
-    pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
-    }
-
     fn conn(&self) -> MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -359,7 +354,7 @@ impl Database {
         limit: usize,
     ) -> Result<Vec<Pending>, StoreError> {
         let conn = self.conn();
-        let (_, end) = job_keys(job);
+        let (first, end) = job_keys(job);
         let mut from = after.map_or(0, |a| a + 1);
         let mut out: Vec<Pending> = Vec::new();
         while out.len() < limit {
@@ -367,10 +362,8 @@ impl Database {
             let want = limit - out.len();
             let mut found: Vec<Pending> = Vec::with_capacity(want);
             let start = conn
-                .prepare_cached("SELECT max(key) FROM chunks WHERE key > ?1 AND key <= ?2")?
-                .query_row([key(job, 0) - 1, key(job, from)], |r| {
-                    r.get::<_, Option<i64>>(0)
-                })?
+                .prepare_cached("SELECT max(key) FROM chunks WHERE key >= ?1 AND key <= ?2")?
+                .query_row([first, key(job, from)], |r| r.get::<_, Option<i64>>(0))?
                 .unwrap_or(key(job, from));
             let mut chunks = conn.prepare_cached(
                 "SELECT key, puzzles, ids FROM chunks WHERE key >= ?1 AND key < ?2 ORDER BY key",
@@ -588,7 +581,7 @@ impl SqliteStore {
 #[async_trait]
 impl JobStore for SqliteStore {
     fn durable(&self) -> bool {
-        self.db.path().is_some()
+        self.db.durable()
     }
 
     fn job_id(&self, seq: i64) -> String {
