@@ -52,11 +52,113 @@ fn next_pos(tx: &rusqlite::Transaction<'_>, job: i64) -> Result<Option<Option<u6
     Ok(row.map(|(any_order, stored)| any_order.then_some(stored)))
 }
 
+/// A result on its way into the store, encoded.
+struct Incoming<'a> {
+    job: i64,
+    index: u64,
+    bytes: &'a [u8],
+    error: bool,
+}
+
+/// A results row as [`put`] changes it: its bytes as stored, and where
+/// each slot's result lies (`Err(i)` for `incoming[i]`'s).
+struct SlotsRow {
+    stored: Vec<u8>,
+    slots: Vec<Option<Result<std::ops::Range<usize>, usize>>>,
+    changed: bool,
+}
+
+/// Stores results within the caller's transaction, each results row read
+/// and written once, an any-order job's new results appended to its
+/// stored order as one row, and each job's counts updated once. A result
+/// already stored is kept, and one of a job no longer stored dropped.
+/// Returns, for each result, whether it was new.
+fn put(tx: &rusqlite::Transaction<'_>, incoming: &[Incoming<'_>]) -> Result<Vec<bool>, StoreError> {
+    let mut new = vec![false; incoming.len()];
+    // Each job's next position in its stored order (`Some(None)` for a job
+    // read in input order), read once; `None` for a job deleted meanwhile.
+    let mut positions: HashMap<i64, Option<Option<u64>>> = HashMap::new();
+    let mut rows: HashMap<i64, SlotsRow> = HashMap::new();
+    {
+        let mut read = tx.prepare_cached("SELECT slots FROM results WHERE key = ?1")?;
+        for r in incoming {
+            if let std::collections::hash_map::Entry::Vacant(e) = positions.entry(r.job) {
+                e.insert(next_pos(tx, r.job)?);
+            }
+            let at = layout::slots_key(r.job, r.index);
+            if positions[&r.job].is_some() && !rows.contains_key(&at) {
+                let stored: Vec<u8> = read
+                    .query_row([at], |row| row.get(0))
+                    .optional()?
+                    .unwrap_or_default();
+                let slots = layout::read_slots(&stored)
+                    .into_iter()
+                    .map(|s| s.map(Ok))
+                    .collect();
+                rows.insert(
+                    at,
+                    SlotsRow {
+                        stored,
+                        slots,
+                        changed: false,
+                    },
+                );
+            }
+        }
+    }
+    // New results per job (solved, errors), and an any-order job's new
+    // indices in the order they were stored.
+    let mut counts: HashMap<i64, (i64, i64, Vec<u64>)> = HashMap::new();
+    for (i, r) in incoming.iter().enumerate() {
+        let Some(Some(row)) = positions
+            .get(&r.job)
+            .map(|p| p.and(rows.get_mut(&layout::slots_key(r.job, r.index))))
+        else {
+            continue;
+        };
+        let slot = &mut row.slots[(r.index % layout::CHUNK as u64) as usize];
+        if slot.is_some() {
+            continue;
+        }
+        *slot = Some(Err(i));
+        row.changed = true;
+        new[i] = true;
+        let c = counts.entry(r.job).or_default();
+        c.0 += i64::from(!r.error);
+        c.1 += i64::from(r.error);
+        if let Some(Some(Some(_))) = positions.get(&r.job) {
+            c.2.push(r.index);
+        }
+    }
+    let mut write =
+        tx.prepare_cached("INSERT OR REPLACE INTO results (key, slots) VALUES (?1, ?2)")?;
+    for (at, row) in rows.iter().filter(|(_, row)| row.changed) {
+        let slots = layout::write_slots(row.slots.iter().map(|slot| match slot {
+            None => None,
+            Some(Ok(range)) => Some(&row.stored[range.clone()]),
+            Some(Err(i)) => Some(incoming[*i].bytes),
+        }));
+        write.execute(params![at, slots])?;
+    }
+    let mut count = tx.prepare_cached(
+        "UPDATE jobs SET solved = solved + ?2, errors = errors + ?3 WHERE seq = ?1",
+    )?;
+    let mut order = tx.prepare_cached("INSERT INTO orders (key, indices) VALUES (?1, ?2)")?;
+    for (job, (solved, errors, indices)) in counts {
+        count.execute(params![job, solved, errors])?;
+        if let Some(Some(Some(first))) = positions.get(&job) {
+            order.execute(params![key(job, *first), layout::pack_indices(&indices)])?;
+        }
+    }
+    Ok(new)
+}
+
 /// Deletes job `job`'s rows (within the caller's transaction).
 fn delete_job(conn: &Connection, job: i64) -> rusqlite::Result<()> {
     let (first, end) = job_keys(job);
     for sql in [
         "DELETE FROM results WHERE key >= ?1 AND key < ?2",
+        "DELETE FROM orders WHERE key >= ?1 AND key < ?2",
         "DELETE FROM chunks WHERE key >= ?1 AND key < ?2",
     ] {
         conn.prepare_cached(sql)?.execute([first, end])?;
@@ -216,26 +318,29 @@ impl Database {
                 let (puzzles, ids) = layout::pack(part);
                 chunk.execute(params![key(job, at), puzzles, ids])?;
             }
-            let mut invalid =
-                tx.prepare_cached("INSERT INTO results (key, result, pos) VALUES (?1, ?2, ?3)")?;
-            let mut pos = next_pos(&tx, job)?.flatten();
-            let mut errors = 0;
+            let mut encoded = Vec::new();
+            let mut invalid = Vec::new();
             for (index, e) in (first..).zip(entries) {
                 if let Entry::Invalid(r) = e {
                     let r = v1::PuzzleResult { index, ..r.clone() };
-                    invalid.execute(params![
-                        key(job, index),
-                        r.encode_to_vec(),
-                        pos.map(|p| key(job, p))
-                    ])?;
-                    pos = pos.map(|p| p + 1);
-                    errors += 1;
+                    let at = encoded.len();
+                    r.encode(&mut encoded)
+                        .map_err(|e| StoreError::Backend(e.to_string()))?;
+                    invalid.push((at..encoded.len(), index));
                 }
             }
-            tx.prepare_cached(
-                "UPDATE jobs SET puzzles = puzzles + ?2, errors = errors + ?3 WHERE seq = ?1",
-            )?
-            .execute(params![job, entries.len() as i64, errors])?;
+            let incoming: Vec<Incoming<'_>> = invalid
+                .iter()
+                .map(|(at, index)| Incoming {
+                    job,
+                    index: *index,
+                    bytes: &encoded[at.clone()],
+                    error: true,
+                })
+                .collect();
+            put(&tx, &incoming)?;
+            tx.prepare_cached("UPDATE jobs SET puzzles = puzzles + ?2 WHERE seq = ?1")?
+                .execute(params![job, entries.len() as i64])?;
         }
         tx.commit()?;
         Ok(())
@@ -354,17 +459,14 @@ impl Database {
         limit: usize,
     ) -> Result<Vec<Pending>, StoreError> {
         let conn = self.conn();
-        let (first, end) = job_keys(job);
+        let (_, end) = job_keys(job);
         let mut from = after.map_or(0, |a| a + 1);
         let mut out: Vec<Pending> = Vec::new();
         while out.len() < limit {
             // The puzzles from `from` on, as many as are still wanted...
             let want = limit - out.len();
             let mut found: Vec<Pending> = Vec::with_capacity(want);
-            let start = conn
-                .prepare_cached("SELECT max(key) FROM chunks WHERE key >= ?1 AND key <= ?2")?
-                .query_row([first, key(job, from)], |r| r.get::<_, Option<i64>>(0))?
-                .unwrap_or(key(job, from));
+            let start = run_start(&conn, Runs::Chunks, job, from)?;
             let mut chunks = conn.prepare_cached(
                 "SELECT key, puzzles, ids FROM chunks WHERE key >= ?1 AND key < ?2 ORDER BY key",
             )?;
@@ -392,11 +494,11 @@ impl Database {
                 break;
             };
             // ... less those with a result.
-            let solved: Vec<u64> = conn
-                .prepare_cached("SELECT key FROM results WHERE key >= ?1 AND key <= ?2")?
-                .query_map([key(job, from), key(job, last)], |r| r.get::<_, i64>(0))?
-                .map(|k| k.map(index_of))
-                .collect::<Result<_, _>>()?;
+            let mut solved = Vec::new();
+            for_each_result(&conn, job, from, |index, _| {
+                solved.push(index);
+                index < last
+            })?;
             let exhausted = found.len() < want;
             out.extend(
                 found
@@ -415,52 +517,26 @@ impl Database {
     /// already stored is kept. Returns, for each result, whether it was
     /// stored (`false` for a repeat, or a result of a deleted job).
     pub fn put_results(&self, results: &[ToWrite]) -> Result<Vec<bool>, StoreError> {
+        let mut encoded = Vec::new();
+        let mut ends = Vec::with_capacity(results.len());
+        for (_, r) in results {
+            r.encode(&mut encoded)
+                .map_err(|e| StoreError::Backend(e.to_string()))?;
+            ends.push(encoded.len());
+        }
+        let incoming: Vec<Incoming<'_>> = results
+            .iter()
+            .zip(std::iter::once(0).chain(ends.iter().copied()).zip(&ends))
+            .map(|((job, r), (at, end))| Incoming {
+                job: *job,
+                index: r.index,
+                bytes: &encoded[at..*end],
+                error: r.error().is_some(),
+            })
+            .collect();
         let mut conn = self.conn();
         let tx = conn.transaction()?;
-        let mut new = vec![false; results.len()];
-        {
-            let mut insert = tx.prepare_cached(
-                "INSERT OR IGNORE INTO results (key, result, pos) VALUES (?1, ?2, ?3)",
-            )?;
-            let mut count = tx.prepare_cached(
-                "UPDATE jobs SET solved = solved + ?2, errors = errors + ?3 WHERE seq = ?1",
-            )?;
-            // Each job's next position in its stored order (any-order
-            // jobs only), read once per group; results of a job deleted
-            // meanwhile are dropped.
-            let mut positions: HashMap<i64, Option<Option<u64>>> = HashMap::new();
-            // New results per job (solved, errors): the jobs' counts are
-            // updated once per job per group, not once per result.
-            let mut counts: HashMap<i64, (i64, i64)> = HashMap::new();
-            let mut encoded = Vec::new();
-            for (at, (job, r)) in results.iter().enumerate() {
-                let pos = match positions.get(job) {
-                    Some(p) => *p,
-                    None => *positions.entry(*job).or_insert(next_pos(&tx, *job)?),
-                };
-                let Some(pos) = pos else { continue };
-                let error = r.error().is_some();
-                encoded.clear();
-                r.encode(&mut encoded)
-                    .map_err(|e| StoreError::Backend(e.to_string()))?;
-                let n = insert.execute(params![
-                    key(*job, r.index),
-                    encoded,
-                    pos.map(|p| key(*job, p))
-                ])?;
-                if n > 0 {
-                    new[at] = true;
-                    let c = counts.entry(*job).or_default();
-                    *c = (c.0 + i64::from(!error), c.1 + i64::from(error));
-                    if let Some(Some(Some(p))) = positions.get_mut(job) {
-                        *p += 1;
-                    }
-                }
-            }
-            for (job, (solved, errors)) in counts {
-                count.execute(params![job, solved, errors])?;
-            }
-        }
+        let new = put(&tx, &incoming)?;
         tx.commit()?;
         Ok(new)
     }
@@ -476,17 +552,46 @@ impl Database {
         limit: usize,
         stored_order: bool,
     ) -> Result<Vec<egress::PuzzleResult>, StoreError> {
-        let rows = self.result_rows(job, from, limit, stored_order)?;
-        let mut out = Vec::with_capacity(rows.len());
-        for (next, (at, bytes)) in (from..).zip(rows) {
-            if at != next {
-                break;
+        let conn = self.conn();
+        let mut out = Vec::new();
+        if stored_order {
+            let indices = stored_indices(&conn, job, from, limit)?;
+            // The results row last read: its key, bytes and slots.
+            let mut row: Option<(i64, Vec<u8>, layout::Slots)> = None;
+            let mut read = conn.prepare_cached("SELECT slots FROM results WHERE key = ?1")?;
+            for index in indices {
+                let at = layout::slots_key(job, index);
+                if row.as_ref().is_none_or(|(key, _, _)| *key != at) {
+                    let bytes: Vec<u8> = read
+                        .query_row([at], |r| r.get(0))
+                        .optional()?
+                        .unwrap_or_default();
+                    let slots = layout::read_slots(&bytes);
+                    row = Some((at, bytes, slots));
+                }
+                let Some((_, bytes, slots)) = &row else { break };
+                let Some(range) = slots[(index % layout::CHUNK as u64) as usize].clone() else {
+                    break;
+                };
+                let Ok(r) = egress::PuzzleResult::decode(&bytes[range]) else {
+                    break;
+                };
+                out.push(r);
             }
-            let Ok(r) = egress::PuzzleResult::decode(bytes.as_slice()) else {
-                break;
-            };
-            out.push(r);
+            return Ok(out);
         }
+        let mut next = from;
+        for_each_result(&conn, job, from, |index, bytes| {
+            if index != next || out.len() >= limit {
+                return false;
+            }
+            match egress::PuzzleResult::decode(bytes) {
+                Ok(r) => out.push(r),
+                Err(_) => return false,
+            }
+            next += 1;
+            true
+        })?;
         Ok(out)
     }
 
@@ -498,36 +603,103 @@ impl Database {
         from: u64,
         limit: usize,
     ) -> Result<Vec<egress::PuzzleResult>, StoreError> {
-        let rows = self.result_rows(job, from, limit, false)?;
-        Ok(rows
-            .iter()
-            .map_while(|(_, bytes)| egress::PuzzleResult::decode(bytes.as_slice()).ok())
-            .collect())
-    }
-
-    /// The rows behind [`Self::results`]: (index or position, encoded
-    /// result), from `from`, at most `limit`.
-    fn result_rows(
-        &self,
-        job: i64,
-        from: u64,
-        limit: usize,
-        stored_order: bool,
-    ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
         let conn = self.conn();
-        let mut q = conn.prepare_cached(if stored_order {
-            "SELECT pos, result FROM results WHERE pos >= ?1 AND pos < ?2 ORDER BY pos LIMIT ?3"
-        } else {
-            "SELECT key, result FROM results WHERE key >= ?1 AND key < ?2 ORDER BY key LIMIT ?3"
+        let mut out = Vec::new();
+        for_each_result(&conn, job, from, |_, bytes| {
+            if out.len() >= limit {
+                return false;
+            }
+            match egress::PuzzleResult::decode(bytes) {
+                Ok(r) => out.push(r),
+                Err(_) => return false,
+            }
+            true
         })?;
-        let (_, end) = job_keys(job);
-        let rows = q
-            .query_map(params![key(job, from), end, limit as i64], |r| {
-                Ok((index_of(r.get::<_, i64>(0)?), r.get::<_, Vec<u8>>(1)?))
-            })?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(rows)
+        Ok(out)
     }
+}
+
+/// Calls `f` with each stored result of job `job` from index `from` on, in
+/// index order (its index and encoded bytes), while `f` returns `true`.
+fn for_each_result(
+    conn: &Connection,
+    job: i64,
+    from: u64,
+    mut f: impl FnMut(u64, &[u8]) -> bool,
+) -> Result<(), StoreError> {
+    let (_, end) = job_keys(job);
+    let mut q = conn.prepare_cached(
+        "SELECT key, slots FROM results WHERE key >= ?1 AND key < ?2 ORDER BY key",
+    )?;
+    let mut rows = q.query([layout::slots_key(job, from), end])?;
+    while let Some(row) = rows.next()? {
+        let first = index_of(row.get(0)?);
+        let slots = row.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
+        let stored = (first..).zip(layout::read_slots(slots));
+        for (index, range) in stored.skip_while(|(i, _)| *i < from) {
+            if let Some(range) = range {
+                if !f(index, &slots[range]) {
+                    return Ok(());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A table whose rows each hold a run of a job's entries, keyed by the
+/// [`key`] of the run's first one.
+#[derive(Clone, Copy)]
+enum Runs {
+    Chunks,
+    Orders,
+}
+
+/// The key of the row of `table` whose run holds entry `from` of job
+/// `job`: the last row starting at or before it (or `from`'s own key).
+fn run_start(conn: &Connection, table: Runs, job: i64, from: u64) -> Result<i64, StoreError> {
+    let sql = match table {
+        Runs::Chunks => "SELECT max(key) FROM chunks WHERE key >= ?1 AND key <= ?2",
+        Runs::Orders => "SELECT max(key) FROM orders WHERE key >= ?1 AND key <= ?2",
+    };
+    let (first, _) = job_keys(job);
+    Ok(conn
+        .prepare_cached(sql)?
+        .query_row([first, key(job, from)], |r| r.get::<_, Option<i64>>(0))?
+        .unwrap_or(key(job, from)))
+}
+
+/// The indices of an any-order job's results in the order they were
+/// stored, from position `from` on, at most `limit`.
+fn stored_indices(
+    conn: &Connection,
+    job: i64,
+    from: u64,
+    limit: usize,
+) -> Result<Vec<u64>, StoreError> {
+    let (_, end) = job_keys(job);
+    let start = run_start(conn, Runs::Orders, job, from)?;
+    let mut q = conn.prepare_cached(
+        "SELECT key, indices FROM orders WHERE key >= ?1 AND key < ?2 ORDER BY key",
+    )?;
+    let mut rows = q.query([start, end])?;
+    let mut out = Vec::new();
+    let mut next = from;
+    while let Some(row) = rows.next()? {
+        let pos = index_of(row.get(0)?);
+        if pos > next {
+            break;
+        }
+        let indices = row.get_ref(1)?.as_blob().map_err(rusqlite::Error::from)?;
+        for index in layout::unpack_indices(indices).skip((next - pos) as usize) {
+            if out.len() >= limit {
+                return Ok(out);
+            }
+            out.push(index);
+            next += 1;
+        }
+    }
+    Ok(out)
 }
 
 fn row(r: &rusqlite::Row<'_>, instance: &str) -> rusqlite::Result<JobRow> {
@@ -818,6 +990,96 @@ mod tests {
         // Opened again, it is at the current version and reads the same.
         let s = Database::open(Some(&dir), None).unwrap();
         assert_eq!(s.pending(1, Some(4000), 10_000).unwrap().len(), 999);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A file of the second layout (puzzles in chunks, a row per result,
+    /// an any-order job's stored order in `pos`), as the earlier builds
+    /// wrote it, less the jobs table, which it shares with today's.
+    const SECOND_LAYOUT: &str = "
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+        INSERT INTO meta VALUES ('instance', 'abcdef012345');
+        CREATE TABLE jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT, owner TEXT NOT NULL,
+            name TEXT NOT NULL, priority INTEGER NOT NULL, state INTEGER NOT NULL,
+            puzzles INTEGER NOT NULL, solved INTEGER NOT NULL DEFAULT 0,
+            errors INTEGER NOT NULL DEFAULT 0, created_ms INTEGER NOT NULL,
+            finished_ms INTEGER NOT NULL DEFAULT 0, failure TEXT NOT NULL DEFAULT '',
+            fail_fast INTEGER NOT NULL DEFAULT 0, any_order INTEGER NOT NULL DEFAULT 0);
+        CREATE INDEX jobs_by_owner ON jobs (owner, seq);
+        CREATE TABLE chunks (key INTEGER PRIMARY KEY, puzzles BLOB NOT NULL, ids BLOB NOT NULL);
+        CREATE TABLE results (key INTEGER PRIMARY KEY, result BLOB NOT NULL, pos INTEGER);
+        CREATE INDEX results_by_pos ON results (pos) WHERE pos IS NOT NULL;
+        PRAGMA user_version = 2;
+    ";
+
+    #[test]
+    fn a_database_of_the_second_layout_is_migrated_whole() {
+        let dir = std::env::temp_dir().join(format!("colball-store-v2-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let all = entries(300);
+        // Results stored in this order, of an any-order job.
+        let stored = [250u64, 3, 130, 7];
+        {
+            let old = Connection::open(dir.join(FILE_NAME)).unwrap();
+            old.execute_batch(SECOND_LAYOUT).unwrap();
+            old.execute(
+                "INSERT INTO jobs (owner, name, priority, state, puzzles, solved, created_ms, any_order) VALUES ('alice', 'old', 3, 2, 300, 4, 1, 1)",
+                [],
+            )
+            .unwrap();
+            for (n, chunk) in all.chunks(layout::CHUNK).enumerate() {
+                let (puzzles, ids) = layout::pack(chunk);
+                old.execute(
+                    "INSERT INTO chunks VALUES (?1, ?2, ?3)",
+                    params![key(1, (n * layout::CHUNK) as u64), puzzles, ids],
+                )
+                .unwrap();
+            }
+            for (pos, index) in stored.iter().enumerate() {
+                let r = v1::PuzzleResult {
+                    index: *index,
+                    id: format!("p{index}"),
+                    ..Default::default()
+                };
+                old.execute(
+                    "INSERT INTO results VALUES (?1, ?2, ?3)",
+                    params![key(1, *index), r.encode_to_vec(), key(1, pos as u64)],
+                )
+                .unwrap();
+            }
+        }
+        let s = Database::open(Some(&dir), None).unwrap();
+        let indices = |from, stored_order| -> Vec<u64> {
+            s.results(1, from, 10, stored_order)
+                .unwrap()
+                .iter()
+                .map(|r| r.index)
+                .collect()
+        };
+        assert_eq!(indices(0, true), stored);
+        assert_eq!(indices(2, true), [130, 7]);
+        let in_order: Vec<u64> = s
+            .results_after(1, 0, 10)
+            .unwrap()
+            .iter()
+            .map(|r| r.index)
+            .collect();
+        assert_eq!(in_order, [3, 7, 130, 250]);
+        let pending = s.pending(1, None, 1000).unwrap();
+        assert_eq!(pending.len(), 296);
+        assert!(pending.iter().all(|p| !stored.contains(&p.0)));
+        // New results go on from where the stored order ended.
+        let more = [5, 3].map(|i| {
+            (
+                1,
+                egress::PuzzleResult::failed(format!("p{i}").into(), i, "no".into()),
+            )
+        });
+        assert_eq!(s.put_results(&more).unwrap(), [true, false]);
+        assert_eq!(indices(0, true), [250, 3, 130, 7, 5]);
+        let row = s.job(1).unwrap().unwrap();
+        assert_eq!((row.solved, row.errors, row.any_order), (4, 1, true));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

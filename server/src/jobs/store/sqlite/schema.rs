@@ -1,8 +1,8 @@
 //! The SQLite store's schema, and the migrations that bring a database of
 //! an earlier version to it. The version is SQLite's `user_version`: 0 for
 //! a new file and for files of the first layout (a row per puzzle and per
-//! result, keyed by job and index), [`VERSION`] for the layout in
-//! [`super::layout`]. A migration runs in one transaction at open: a
+//! result, keyed by job and index), 2 for the second (puzzles in chunks, a
+//! row per result), [`VERSION`] for the layout in [`super::layout`]. A migration runs in one transaction at open: a
 //! database is either migrated whole or left as it was.
 
 use colball_solver::{Board, Puzzle, Size};
@@ -12,7 +12,7 @@ use super::layout::{self, CHUNK, key};
 use crate::jobs::store::Entry;
 
 /// The schema version this build writes.
-pub const VERSION: i64 = 2;
+pub const VERSION: i64 = 3;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (
@@ -41,14 +41,25 @@ CREATE TABLE IF NOT EXISTS chunks (
     puzzles BLOB NOT NULL,
     ids BLOB NOT NULL
 );
--- key: job << 32 | index; pos, for a job read in any order: job << 32 |
--- the result's place in the stored order.
+-- key: job << 32 | the first index of the row's run.
 CREATE TABLE IF NOT EXISTS results (
+    key INTEGER PRIMARY KEY,
+    slots BLOB NOT NULL
+);
+-- key: job << 32 | the first position in the stored order of the row's results.
+CREATE TABLE IF NOT EXISTS orders (
+    key INTEGER PRIMARY KEY,
+    indices BLOB NOT NULL
+);
+";
+
+/// The second layout's results table: a row per result.
+const SECOND_RESULTS: &str = "
+CREATE TABLE results_v2 (
     key INTEGER PRIMARY KEY,
     result BLOB NOT NULL,
     pos INTEGER
 );
-CREATE INDEX IF NOT EXISTS results_by_pos ON results (pos) WHERE pos IS NOT NULL;
 ";
 
 /// Brings the database to [`VERSION`].
@@ -67,6 +78,7 @@ pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
         .map(|n| n > 0)
     };
     let first_layout = has("puzzles", "idx")?;
+    let second_layout = !first_layout && has("results", "pos")?;
     if first_layout {
         // Columns the earliest files lack.
         for (table, column, ddl) in [
@@ -79,15 +91,19 @@ pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
             }
         }
         tx.execute_batch(
-            "DROP INDEX IF EXISTS results_by_pos;
-             ALTER TABLE results RENAME TO results_v1;
+            "ALTER TABLE results RENAME TO results_v1;
              ALTER TABLE puzzles RENAME TO puzzles_v1;",
         )?;
     }
+    if second_layout {
+        tx.execute_batch("ALTER TABLE results RENAME TO results_v2;")?;
+    }
+    tx.execute_batch("DROP INDEX IF EXISTS results_by_pos;")?;
     tx.execute_batch(SCHEMA)?;
     if first_layout {
+        tx.execute_batch(SECOND_RESULTS)?;
         tx.execute(
-            "INSERT INTO results (key, result, pos)
+            "INSERT INTO results_v2 (key, result, pos)
              SELECT (job << 32) | idx, result, CASE WHEN pos IS NULL THEN NULL ELSE (job << 32) | pos END
              FROM results_v1",
             [],
@@ -95,8 +111,69 @@ pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
         chunk_puzzles(&tx)?;
         tx.execute_batch("DROP TABLE results_v1; DROP TABLE puzzles_v1;")?;
     }
+    if first_layout || second_layout {
+        slot_results(&tx)?;
+        tx.execute_batch("DROP TABLE results_v2;")?;
+    }
     tx.pragma_update(None, "user_version", VERSION)?;
     tx.commit()
+}
+
+/// Moves the second layout's result rows into rows of slots, and the
+/// stored order of any-order jobs into `orders`.
+fn slot_results(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
+    {
+        let mut read = tx.prepare("SELECT key, result FROM results_v2 ORDER BY key")?;
+        let mut insert = tx.prepare("INSERT INTO results (key, slots) VALUES (?1, ?2)")?;
+        let mut rows = read.query([])?;
+        // The row being gathered: its key, and its slots so far.
+        let mut row: Option<(i64, Vec<Option<Vec<u8>>>)> = None;
+        let mut flush = |row: &mut Option<(i64, Vec<Option<Vec<u8>>>)>| -> rusqlite::Result<()> {
+            if let Some((key, slots)) = row.take() {
+                let slots = layout::write_slots(slots.iter().map(|s| s.as_deref()));
+                insert.execute(params![key, slots])?;
+            }
+            Ok(())
+        };
+        while let Some(r) = rows.next()? {
+            let (at, result): (i64, Vec<u8>) = (r.get(0)?, r.get(1)?);
+            let index = layout::index_of(at);
+            let first = at - (index % CHUNK as u64) as i64;
+            if row.as_ref().is_none_or(|(key, _)| *key != first) {
+                flush(&mut row)?;
+                row = Some((first, vec![None; CHUNK]));
+            }
+            if let Some((_, slots)) = row.as_mut() {
+                slots[(index % CHUNK as u64) as usize] = Some(result);
+            }
+        }
+        flush(&mut row)?;
+    }
+    let mut read =
+        tx.prepare("SELECT pos, key FROM results_v2 WHERE pos IS NOT NULL ORDER BY pos")?;
+    let mut insert = tx.prepare("INSERT INTO orders (key, indices) VALUES (?1, ?2)")?;
+    let mut rows = read.query([])?;
+    // The row being gathered: its first position's key, and its indices.
+    let mut row: Option<(i64, Vec<u64>)> = None;
+    while let Some(r) = rows.next()? {
+        let (pos, at): (i64, i64) = (r.get(0)?, r.get(1)?);
+        let follows = row.as_ref().is_some_and(|(first, indices)| {
+            *first + indices.len() as i64 == pos && indices.len() < CHUNK
+        });
+        if !follows {
+            if let Some((first, indices)) = row.take() {
+                insert.execute(params![first, layout::pack_indices(&indices)])?;
+            }
+            row = Some((pos, Vec::new()));
+        }
+        if let Some((_, indices)) = row.as_mut() {
+            indices.push(layout::index_of(at));
+        }
+    }
+    if let Some((first, indices)) = row {
+        insert.execute(params![first, layout::pack_indices(&indices)])?;
+    }
+    Ok(())
 }
 
 /// Moves the first layout's puzzle rows into chunks: runs of consecutive
