@@ -179,6 +179,10 @@ pub fn text(event: &v1::ClusterEvent) -> String {
             "worker quarantined {} ({}): {}; {} re-dispatched",
             q.name, q.reason, q.detail, q.redispatched
         ),
+        Some(Kind::WorkerSlow(w)) => format!(
+            "worker slow {}: every one of its {} tasks far past its expected time",
+            w.name, w.tasks
+        ),
         None => "unknown event (a newer coordinator?)".to_string(),
     };
     format!("#{} {} {what}", event.sequence, clock(event.unix_ms))
@@ -200,6 +204,10 @@ pub fn jsonl(event: &v1::ClusterEvent) -> Value {
             "worker_quarantined",
             json!({"worker": q.worker, "name": q.name, "reason": q.reason, "detail": q.detail,
                    "redispatched": q.redispatched, "until_unix_ms": q.until_unix_ms}),
+        ),
+        Some(Kind::WorkerSlow(w)) => (
+            "worker_slow",
+            json!({"worker": w.worker, "name": w.name, "tasks": w.tasks}),
         ),
         Some(Kind::BatchProgress(p)) => (
             "batch_progress",

@@ -17,6 +17,9 @@ pub enum LossReason {
     Silent,
     /// It held a task past the task timeout while still heartbeating.
     Stuck,
+    /// It answered nothing for many times the expected solve time of what
+    /// it held, while other workers answered.
+    Unresponsive,
     /// It broke the protocol.
     Protocol(ProtocolError),
     /// An answer of its failed the check.
@@ -45,6 +48,9 @@ impl fmt::Display for LossReason {
             LossReason::Disconnected => f.write_str("stream ended"),
             LossReason::Silent => f.write_str("missed heartbeats"),
             LossReason::Stuck => f.write_str("held a task past the task timeout"),
+            LossReason::Unresponsive => f.write_str(
+                "answered nothing for many times the expected solve time while other workers answered",
+            ),
             LossReason::Protocol(e) => write!(f, "protocol error: {e}"),
             LossReason::Quarantined(r) => write!(f, "quarantined: {r}"),
             LossReason::Shutdown => f.write_str("coordinator shutting down"),

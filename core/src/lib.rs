@@ -17,6 +17,8 @@
 //!   or an admission refused;
 //! - [`limits`]: the limits and policies the state applies;
 //! - [`snapshot`]: counters and views for metrics and the dashboard;
+//! - [`solve_times`]: how long each board size's tasks take, learned
+//!   from verified answers;
 //! - [`policy`]: the fair queue, worker credit and target-share hints;
 //! - [`VerifiedAnswer`]: a verified answer, as the result cache keeps it.
 
@@ -27,6 +29,7 @@ pub mod input;
 pub mod limits;
 pub mod policy;
 pub mod snapshot;
+pub mod solve_times;
 mod state;
 mod tasks;
 
@@ -36,7 +39,8 @@ pub use errors::{
     AdmitError, LossReason, ProtocolError, REJECT_LABELS, RegisterError, RejectReason, Rejected,
 };
 pub use input::{Input, Known, NewTask, Refused, RequestSpec};
-pub use limits::{Limits, MAX_ATTEMPTS};
+pub use limits::{Limits, MAX_ATTEMPTS, Speculation};
 pub use policy::Priority;
 pub use snapshot::{Counters, Snapshot, WorkerView};
+pub use solve_times::{SolveTime, SolveTimes};
 pub use state::{State, shown_name};

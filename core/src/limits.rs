@@ -37,6 +37,51 @@ pub struct Limits {
     /// Whether the driver keeps answers in a result cache (else the state
     /// builds no [`Effect::Cache`]).
     pub cache_results: bool,
+    /// Backup copies of overdue tasks, and workers found slow or stuck.
+    pub speculation: Speculation,
+}
+
+/// When a task held far longer than its size's expected time (learned
+/// from verified answers, see [`crate::solve_times`]) is started a second
+/// time on another worker, and when a worker counts as slow or stuck.
+/// Sizes not yet learned are left to the task timeout.
+#[derive(Clone, Debug)]
+pub struct Speculation {
+    /// A task is backed up once held this many times its size's expected
+    /// time (0: never)...
+    pub after: f64,
+    /// ... and at least this long.
+    pub min_age: Duration,
+    /// Backups started in a minute stay under this fraction of the
+    /// answers verified in it...
+    pub budget: f64,
+    /// ... or this many, whichever is more.
+    pub min_budget: u32,
+    /// Answers of a size needed before its expected time is believed.
+    pub min_samples: usize,
+    /// A worker is slow while every task it holds is past this many times
+    /// its expected time.
+    pub slow_after: f64,
+    /// A worker that answers nothing for this many times the expected
+    /// time of what it holds (and at least `stuck_min`), while others
+    /// answer, is stuck: it is lost and its tasks go elsewhere.
+    pub stuck_after: f64,
+    pub stuck_min: Duration,
+}
+
+impl Default for Speculation {
+    fn default() -> Speculation {
+        Speculation {
+            after: 4.0,
+            min_age: Duration::from_millis(100),
+            budget: 0.05,
+            min_budget: 10,
+            min_samples: crate::solve_times::MIN_SAMPLES,
+            slow_after: 4.0,
+            stuck_after: 50.0,
+            stuck_min: Duration::from_secs(2),
+        }
+    }
 }
 
 impl Default for Limits {
@@ -55,6 +100,7 @@ impl Default for Limits {
             audit_rate: 0.01,
             max_audits: 10_000,
             cache_results: true,
+            speculation: Speculation::default(),
         }
     }
 }

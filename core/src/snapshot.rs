@@ -2,6 +2,7 @@
 
 use crate::errors::{REJECT_LABELS, RejectReason};
 use crate::policy::Depths;
+use crate::solve_times::SolveTime;
 
 /// Counters for metrics and logs.
 #[derive(Clone, Debug, Default)]
@@ -17,6 +18,15 @@ pub struct Counters {
     pub audits_passed: u64,
     pub audits_skipped: u64,
     pub timed_out: u64,
+    /// Backup copies started; of them, those whose answer won, and those
+    /// cancelled or lost.
+    pub backups_started: u64,
+    pub backups_won: u64,
+    pub backups_wasted: u64,
+    /// Times a worker was marked slow; workers lost as stuck before the
+    /// task timeout.
+    pub workers_slow: u64,
+    pub workers_stuck: u64,
 }
 
 impl Counters {
@@ -41,6 +51,8 @@ pub struct WorkerView {
     /// Puzzles it has solved since it joined.
     pub solved: u64,
     pub draining: bool,
+    /// Every task it holds is far past its expected time.
+    pub slow: bool,
     pub cache_hits: u64,
     pub cache_misses: u64,
     pub cache_evictions: u64,
@@ -67,5 +79,7 @@ pub struct Snapshot {
     pub batches: usize,
     pub audits: usize,
     pub counters: Counters,
+    /// Each board size's expected solve time, once learned.
+    pub solve_times: Vec<SolveTime>,
     pub worker_list: Vec<WorkerView>,
 }

@@ -49,7 +49,7 @@ enum Format {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the coordinator: serves clients and hands their puzzles to workers.
-    Coordinator(CoordinatorArgs),
+    Coordinator(Box<CoordinatorArgs>),
     /// Run a worker: dials the coordinator and solves what it is given.
     Worker(WorkerArgs),
 }
@@ -150,6 +150,28 @@ struct CoordinatorArgs {
     /// setting for workers nobody vouches for).
     #[arg(long, default_value_t = defaults().audit_rate)]
     audit_rate: f64,
+    /// Start a backup copy of a task on another worker (when nothing
+    /// eligible is queued and one has free credit) once it is held this
+    /// many times its board size's expected solve time (the p90 of recent
+    /// verified answers); the first verified answer wins. 0: no backups.
+    #[arg(long, default_value_t = defaults().speculation.after)]
+    backup_after: f64,
+    /// Backups started in a minute stay under this fraction of the answers
+    /// verified in it (at least 10 a minute are allowed).
+    #[arg(long, default_value_t = defaults().speculation.budget)]
+    backup_budget: f64,
+    /// A worker is marked slow (dashboard, events) while every task it
+    /// holds is past this many times its expected solve time.
+    #[arg(long, default_value_t = defaults().speculation.slow_after)]
+    slow_after: f64,
+    /// A worker that answers nothing for this many times the expected
+    /// solve time of what it holds (and at least --stuck-min-secs), while
+    /// others answer, is stuck: dropped, its tasks go to others. Sizes
+    /// never seen are left to --task-timeout-secs.
+    #[arg(long, default_value_t = defaults().speculation.stuck_after)]
+    stuck_after: f64,
+    #[arg(long, default_value_t = defaults().speculation.stuck_min.as_secs_f64())]
+    stuck_min_secs: f64,
     /// Require this token from workers (`colball-server worker --token`);
     /// without it a process cannot register as a worker. Off unless given.
     #[arg(
@@ -265,7 +287,7 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Coordinator(args) => run_coordinator(args).await,
+            Command::Coordinator(args) => run_coordinator(*args).await,
             Command::Worker(args) => run_worker(args).await,
         }
     });
@@ -313,6 +335,14 @@ impl TryFrom<&CoordinatorArgs> for coordinator::Config {
             task_timeout: secs("--task-timeout-secs", args.task_timeout_secs)?,
             quarantine: secs("--quarantine-secs", args.quarantine_secs)?,
             audit_rate: args.audit_rate,
+            speculation: colball_core::Speculation {
+                after: args.backup_after,
+                budget: args.backup_budget,
+                slow_after: args.slow_after,
+                stuck_after: args.stuck_after,
+                stuck_min: secs("--stuck-min-secs", args.stuck_min_secs)?,
+                ..defaults().speculation
+            },
             client_tokens_file: args.client_tokens_file.clone(),
             data_dir: args.data_dir.clone(),
             max_job_puzzles: args.max_job_puzzles,

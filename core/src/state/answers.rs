@@ -49,6 +49,8 @@ impl State {
                 return effects;
             };
             w.last_seen = now;
+            w.last_answer = now;
+            self.last_answer = now;
             let task_id = result.task_id;
             let Some(held) = w.unhold(task_id) else {
                 let e = ProtocolError::NotHeld(task_id);
@@ -68,7 +70,12 @@ impl State {
             match held.holds {
                 Holds::Released => {}
                 Holds::Audit => self.audit_result(worker, task_id, outcome, now, &mut effects),
-                Holds::Task => self.task_result(worker, task_id, outcome, now, &mut effects),
+                Holds::Task => {
+                    self.task_result(worker, task_id, outcome, held.since, now, &mut effects)
+                }
+                Holds::Backup => {
+                    self.backup_result(worker, task_id, outcome, held.since, now, &mut effects)
+                }
             }
         }
         if self.workers.contains_key(&worker) {
@@ -101,6 +108,7 @@ impl State {
         worker: u64,
         task_id: u64,
         outcome: task_result::Outcome,
+        since: Instant,
         now: Instant,
         effects: &mut Effects,
     ) {
@@ -122,75 +130,92 @@ impl State {
                 tracing::warn!(worker = %name, puzzle = %task.id, message = %truncate(&message, 200), "worker failed a puzzle");
                 self.requeue(task_id, true, effects);
             }
-            task_result::Outcome::Solved(s) => {
-                let s = match check_solved(&task.puzzle, s) {
-                    Ok(s) => s,
-                    Err(rejection) => {
-                        let rejected = Rejected {
-                            reason: RejectReason::Replay(rejection),
-                            puzzle: task.id.to_string(),
-                        };
-                        self.reject(worker, Some(task_id), rejected, now, effects);
-                        return;
-                    }
-                };
-                let Some(task) = self.take(task_id) else {
-                    return;
-                };
-                let name = match self.workers.get_mut(&worker) {
-                    Some(w) => {
-                        w.solved += 1;
-                        w.name.clone()
-                    }
-                    None => EcoString::new(),
-                };
-                self.counters.solved += 1;
-                if self.limits.cache_results {
-                    effects.push(Effect::Cache {
-                        puzzle: task.puzzle,
-                        answer: VerifiedAnswer {
-                            moves: s.moves,
-                            solution: s.solution.clone(),
-                            strategy: s.strategy.into(),
-                            worker: name.clone(),
-                        },
-                    });
+            task_result::Outcome::Solved(s) => match check_solved(&task.puzzle, s) {
+                Ok(s) => {
+                    self.drop_backup(task_id, effects);
+                    self.solved(worker, task_id, s, since, now, effects);
                 }
-                self.maybe_audit(worker, &name, &task, s.moves);
-                let solved = egress::Solved {
-                    moves: s.moves,
-                    solution: s.solution,
-                    strategy: s.strategy.into(),
-                    worker: name,
-                    time_us: s.time_us,
-                    cached: false,
-                    shared: false,
-                };
-                if !task.followers.is_empty() {
-                    // (Copies share the strings.)
-                    let copy = egress::Solved {
-                        time_us: 0,
-                        cached: true,
-                        shared: true,
-                        ..solved.clone()
+                Err(rejection) => {
+                    let rejected = Rejected {
+                        reason: RejectReason::Replay(rejection),
+                        puzzle: task.id.to_string(),
                     };
-                    for f in task.followers {
-                        let result = egress::PuzzleResult {
-                            id: f.id,
-                            index: f.index.into(),
-                            outcome: Some(egress::Outcome::Solved(copy.clone())),
-                        };
-                        self.deliver(f.request, result, effects);
-                    }
+                    self.reject(worker, Some(task_id), rejected, now, effects);
                 }
+            },
+        }
+    }
+
+    /// A verified answer of the task, from `worker`, which held it since
+    /// `since`: delivered to its request and followers, cached, sampled
+    /// for an audit, and timed.
+    pub(super) fn solved(
+        &mut self,
+        worker: u64,
+        task_id: u64,
+        s: Checked,
+        since: Instant,
+        now: Instant,
+        effects: &mut Effects,
+    ) {
+        let Some(task) = self.take(task_id) else {
+            return;
+        };
+        let name = match self.workers.get_mut(&worker) {
+            Some(w) => {
+                w.solved += 1;
+                w.name.clone()
+            }
+            None => EcoString::new(),
+        };
+        self.counters.solved += 1;
+        self.budget.answered(now);
+        self.solve_times
+            .record(task.puzzle.size(), now.saturating_duration_since(since));
+        if self.limits.cache_results {
+            effects.push(Effect::Cache {
+                puzzle: task.puzzle,
+                answer: VerifiedAnswer {
+                    moves: s.moves,
+                    solution: s.solution.clone(),
+                    strategy: s.strategy.into(),
+                    worker: name.clone(),
+                },
+            });
+        }
+        self.maybe_audit(worker, &name, &task, s.moves);
+        let solved = egress::Solved {
+            moves: s.moves,
+            solution: s.solution,
+            strategy: s.strategy.into(),
+            worker: name,
+            time_us: s.time_us,
+            cached: false,
+            shared: false,
+        };
+        if !task.followers.is_empty() {
+            // (Copies share the strings.)
+            let copy = egress::Solved {
+                time_us: 0,
+                cached: true,
+                shared: true,
+                ..solved.clone()
+            };
+            for f in task.followers {
                 let result = egress::PuzzleResult {
-                    id: task.id,
-                    index: task.index.into(),
-                    outcome: Some(egress::Outcome::Solved(solved)),
+                    id: f.id,
+                    index: f.index.into(),
+                    outcome: Some(egress::Outcome::Solved(copy.clone())),
                 };
-                self.deliver(task.request, result, effects);
+                self.deliver(f.request, result, effects);
             }
         }
+        let result = egress::PuzzleResult {
+            id: task.id,
+            index: task.index.into(),
+            outcome: Some(egress::Outcome::Solved(solved)),
+        };
+        self.deliver(task.request, result, effects);
     }
 
     /// A worker's answer failed the check: the task goes back to the queue

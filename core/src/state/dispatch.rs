@@ -71,6 +71,7 @@ impl State {
                 });
             }
         }
+        self.speculate(now, effects);
     }
 
     /// The next task for worker `wid`: an audit of another worker's answer

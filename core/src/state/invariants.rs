@@ -70,14 +70,42 @@ impl State {
                         matches!(self.tasks.get(*id).map(|t| t.state), Some(TaskState::Assigned { worker }) if worker.get() == *wid),
                         "worker {wid} holds task {id} not assigned to it"
                     ),
+                    Holds::Backup => assert_eq!(
+                        self.backups.get(id).map(|w| w.get()),
+                        Some(*wid),
+                        "worker {wid} holds a backup of task {id} not recorded"
+                    ),
                     Holds::Audit => {
                         assert_eq!(self.audits.get(id).and_then(|a| a.worker), Some(*wid))
                     }
-                    Holds::Released => assert!(!self.tasks.get(*id).is_some_and(
-                        |t| matches!(t.state, TaskState::Assigned { worker } if worker.get() == *wid)
-                    )),
+                    Holds::Released => {
+                        assert!(!self.tasks.get(*id).is_some_and(
+                            |t| matches!(t.state, TaskState::Assigned { worker } if worker.get() == *wid)
+                        ));
+                        assert_ne!(self.backups.get(id).map(|w| w.get()), Some(*wid));
+                    }
                 }
             }
+        }
+        // A backup is of an assigned task, on another worker, which holds
+        // it as one.
+        for (id, backup) in &self.backups {
+            let task = self
+                .tasks
+                .get(*id)
+                .unwrap_or_else(|| panic!("backup of unknown task {id}"));
+            let TaskState::Assigned { worker } = task.state else {
+                panic!("backup of queued task {id}");
+            };
+            assert_ne!(worker, *backup, "task {id} backed up on its own worker");
+            assert_eq!(
+                self.workers
+                    .get(&backup.get())
+                    .and_then(|w| w.in_flight.get(id))
+                    .map(|h| h.holds),
+                Some(Holds::Backup),
+                "backup of task {id}"
+            );
         }
         for (rid, r) in &self.requests {
             assert!(

@@ -13,7 +13,8 @@
 //!
 //! - every task is in exactly one state: queued (once, in the
 //!   [`FairQueue`]) or assigned to exactly one worker, which holds it;
-//!   done tasks are removed;
+//!   done tasks are removed; an assigned task may have one backup copy,
+//!   held by another worker;
 //! - no worker holds more than its credit;
 //! - every admitted puzzle gets exactly one result or error, and a request
 //!   ends only after all of them;
@@ -31,6 +32,14 @@
 //! pending task and gets its answer under its own id. A task whose request
 //! ends carries on for its followers.
 //!
+//! Stragglers: when no eligible work is queued and a worker has free
+//! credit, a task held far longer than its size's expected time is
+//! started once more on another worker (`backups.rs`, within a budget);
+//! the first verified answer is delivered and the other copy cancelled,
+//! its late answer ignored. A worker whose tasks are all overdue is marked
+//! slow; one that answers nothing for many times the expected time while
+//! others answer is lost as stuck, before the task timeout.
+//!
 //! The operations, by file: `requests.rs` (admission, reading, ending and
 //! failing requests, delivery), `workers.rs` (registration, heartbeats,
 //! draining, losses, housekeeping, shutdown), `answers.rs` (workers'
@@ -39,6 +48,7 @@
 
 mod answers;
 mod audits;
+mod backups;
 mod dispatch;
 #[cfg(test)]
 mod invariants;
@@ -65,6 +75,7 @@ use crate::input::{Input, Known, Refused};
 use crate::limits::{Limits, MAX_ATTEMPTS};
 use crate::policy::{Depths, FairQueue};
 use crate::snapshot::{Counters, Snapshot, WorkerView};
+use crate::solve_times::SolveTimes;
 use crate::tasks::{Led, TaskTable};
 
 pub use workers::shown_name;
@@ -200,6 +211,9 @@ impl Worker {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Holds {
     Task,
+    /// A second copy of a task another worker holds as [`Holds::Task`]:
+    /// the first verified answer of the two wins.
+    Backup,
     Audit,
     /// A task no longer wanted, until the worker reports it.
     Released,
@@ -217,6 +231,10 @@ struct Worker {
     load: usize,
     in_flight: HashMap<u64, Held>,
     last_seen: Instant,
+    /// When it last answered anything (or joined).
+    last_answer: Instant,
+    /// Whether every task it holds is far past its expected time.
+    slow: bool,
     draining: bool,
     solved: u64,
     cache: v1::WorkerCacheStats,
@@ -246,11 +264,20 @@ pub struct State {
     audits: HashMap<u64, Audit>,
     audit_queue: std::collections::VecDeque<u64>,
     quarantined: HashMap<WorkerKey, (Instant, String)>,
+    /// Tasks with a backup copy, and the worker that holds it.
+    backups: HashMap<u64, NonZeroU64>,
+    budget: backups::Budget,
+    /// When overdue tasks may next be looked for.
+    next_speculation: Instant,
+    /// When any worker last answered.
+    last_answer: Instant,
     /// When the last worker left (or the coordinator started), while none
     /// is registered; and whether any worker ever joined.
     no_workers_since: Option<Instant>,
     ever_had_worker: bool,
     counters: Counters,
+    /// How long each size's tasks take, from verified answers.
+    solve_times: SolveTimes,
     last_depths: Depths,
     /// Sampling for audits (xorshift; deterministic from the seed).
     rng: u64,
@@ -310,9 +337,14 @@ impl State {
             audits: HashMap::new(),
             audit_queue: std::collections::VecDeque::new(),
             quarantined: HashMap::new(),
+            backups: HashMap::new(),
+            budget: backups::Budget::new(now),
+            next_speculation: now,
+            last_answer: now,
             no_workers_since: Some(now),
             ever_had_worker: false,
             counters: Counters::default(),
+            solve_times: SolveTimes::default(),
             last_depths: [0; 3],
             rng: 0x9e37_79b9_7f4a_7c15,
         }
@@ -358,6 +390,7 @@ impl State {
             batches: self.requests.len(),
             audits: self.audits.len(),
             counters: self.counters.clone(),
+            solve_times: self.solve_times.view(),
             worker_list: self
                 .workers
                 .iter()
@@ -369,6 +402,7 @@ impl State {
                     in_flight: w.in_flight.len(),
                     solved: w.solved,
                     draining: w.draining,
+                    slow: w.slow,
                     cache_hits: w.cache.hits,
                     cache_misses: w.cache.misses,
                     cache_evictions: w.cache.evictions,

@@ -181,6 +181,7 @@ impl State {
                 }
                 continue;
             }
+            self.drop_backup(id, &mut effects);
             let Some(task) = self.take(id) else { continue };
             self.counters.cancelled += 1;
             if let TaskState::Assigned { worker } = task.state {
@@ -231,6 +232,7 @@ impl State {
         r.phase = Phase::Failed;
         let (queued, running) = self.close_tasks(id, leads);
         for t in queued.into_iter().chain(running) {
+            self.drop_backup(t, effects);
             if let Some(task) = self.take(t) {
                 if let TaskState::Assigned { worker } = task.state {
                     let worker = worker.get();

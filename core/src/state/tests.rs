@@ -15,6 +15,7 @@ use super::*;
 use crate::effect::{Effect, Effects, NoWorkers, RequestFailure};
 use crate::errors::{AdmitError, LossReason, ProtocolError, RegisterError, RejectReason, Rejected};
 use crate::input::{Input, Known, NewTask, RequestSpec};
+use crate::limits::Speculation;
 use crate::policy::{Credit, Priority, weight};
 
 fn limits() -> Limits {
@@ -882,7 +883,9 @@ mod operations {
         }
     }
 
-    fn run(ops: Vec<Op>) {
+    /// Runs the operations, checking the invariants after each, then winds
+    /// down; returns the state's counters.
+    fn run(ops: Vec<Op>) -> Counters {
         let pool = pool();
         let answers: HashMap<Puzzle, (i64, String)> =
             pool.iter().map(|(p, n, t)| (*p, (*n, t.clone()))).collect();
@@ -895,6 +898,15 @@ mod operations {
                 credit: Credit::new(2),
                 audit_rate: 0.3,
                 max_attempts: 3,
+                // Backups as soon as a size has one answer and a tick
+                // has passed, with no budget to speak of.
+                speculation: Speculation {
+                    after: 2.0,
+                    min_age: Duration::from_millis(1),
+                    min_budget: 1000,
+                    min_samples: 1,
+                    ..Speculation::default()
+                },
                 ..Limits::default()
             },
             now,
@@ -1178,6 +1190,43 @@ mod operations {
         );
         assert!(s.queue.is_empty());
         assert_eq!(s.tasks.leaders(), 0);
+        s.counters.clone()
+    }
+
+    /// The operations reach backups: a worker holds tasks past their
+    /// expected time when a second one joins with free credit.
+    #[test]
+    fn a_backup_runs_through_the_same_checks() {
+        let c = run(vec![
+            Op::Register { slots: 1 },
+            Op::Admit {
+                n: 5,
+                ready: 0,
+                client: 0,
+                priority: 0,
+                first: 0,
+                known: 0,
+            },
+            Op::Answer {
+                worker: 0,
+                pick: 0,
+                how: How::Right,
+            },
+            Op::Tick { ms: 1000 },
+            Op::Register { slots: 1 },
+            Op::Answer {
+                worker: 1,
+                pick: 0,
+                how: How::Right,
+            },
+            Op::Answer {
+                worker: 0,
+                pick: 0,
+                how: How::Right,
+            },
+        ]);
+        assert!(c.backups_started >= 1, "{c:?}");
+        assert!(c.backups_won + c.backups_wasted >= 1, "{c:?}");
     }
 
     fn check_world(s: &State, w: &World) {
@@ -1208,4 +1257,188 @@ mod operations {
             run(ops);
         }
     }
+}
+
+/// A state whose 3x3 expected time is learned from 20 answers of 5 ms on
+/// worker 1, with worker 2 (1 slot) registered afterwards; returns the
+/// time after the learning.
+fn learned(now: Instant) -> (State, Instant) {
+    let mut s = with_worker(1, now);
+    let mut at = now;
+    for (n, task) in tasks(20).into_iter().enumerate() {
+        let task = NewTask { index: 0, ..task };
+        let held = assigned(
+            &s.admit(
+                100 + n as u64,
+                spec("c", Priority::Normal, 1),
+                vec![task],
+                at,
+            )
+            .unwrap(),
+        );
+        at += Duration::from_millis(5);
+        s.result(1, answer(&held[0].1), at);
+        s.end_request(100 + n as u64, at);
+    }
+    s.tick(at);
+    s.register(2, "w", None, 1, at).unwrap();
+    (s, at)
+}
+
+#[test]
+fn an_overdue_task_is_backed_up_and_the_first_verified_answer_wins() {
+    let (mut s, now) = learned(Instant::now());
+    let held = assigned(
+        &s.admit(
+            1,
+            spec("c", Priority::Normal, 1),
+            puzzles(1, Size::new(3, 3).unwrap(), 77),
+            now,
+        )
+        .unwrap(),
+    );
+    assert_eq!(held.len(), 1);
+    let (first, task) = held[0];
+    // Not overdue yet: no backup.
+    let soon = now + Duration::from_millis(50);
+    assert!(assigned(&s.tick(soon)).is_empty());
+    let mut e = Vec::new();
+    s.dispatch(soon, None, &mut e);
+    assert!(assigned(&e).is_empty(), "too early for a backup");
+    // Far past 4 x 5 ms and the 100 ms floor: a copy on the other worker.
+    let late = now + Duration::from_millis(300);
+    let mut e = Vec::new();
+    s.dispatch(late, None, &mut e);
+    let copy = assigned(&e);
+    assert_eq!(copy.len(), 1);
+    assert_ne!(copy[0].0, first, "the backup goes to another worker");
+    assert_eq!(copy[0].1.task_id, task.task_id);
+    s.check_invariants();
+    // At most one backup a task.
+    let mut e = Vec::new();
+    s.dispatch(late + Duration::from_secs(1), None, &mut e);
+    assert!(assigned(&e).is_empty());
+    // The backup answers first: delivered once, the first copy cancelled.
+    let e = s.result(copy[0].0, answer(&task), late + Duration::from_millis(5));
+    assert_eq!(delivered(&e).len(), 1);
+    assert_eq!(cancels(&e), [task.task_id]);
+    s.check_invariants();
+    // The first copy's late answer changes nothing.
+    let e = s.result(first, answer(&task), late + Duration::from_millis(9));
+    assert!(delivered(&e).is_empty());
+    assert!(
+        closed(&e).is_empty(),
+        "a late answer of a cancelled copy is no offence"
+    );
+    s.check_invariants();
+    let c = s.snapshot().counters;
+    assert_eq!(
+        (c.backups_started, c.backups_won, c.backups_wasted),
+        (1, 1, 0)
+    );
+}
+
+#[test]
+fn a_backup_that_loses_is_cancelled_and_one_lost_hands_over_to_the_first() {
+    let (mut s, now) = learned(Instant::now());
+    let two = puzzles(2, Size::new(3, 3).unwrap(), 78);
+    let held = assigned(
+        &s.admit(1, spec("c", Priority::Normal, 2), two, now)
+            .unwrap(),
+    );
+    assert_eq!(held.len(), 2, "one task on each worker");
+    let late = now + Duration::from_millis(300);
+    // Each worker answers nothing; neither has free credit: no backup.
+    let mut e = Vec::new();
+    s.dispatch(late, None, &mut e);
+    assert!(assigned(&e).is_empty(), "a backup needs free credit");
+    // Worker 2 answers its own: it now has credit, and backs up worker 1's.
+    let (one, two) = if held[0].0 == 1 {
+        (held[0], held[1])
+    } else {
+        (held[1], held[0])
+    };
+    let e = s.result(2, answer(&two.1), late);
+    assert_eq!(delivered(&e).len(), 1);
+    let copy = assigned(&e);
+    assert_eq!(
+        copy.iter()
+            .map(|(w, t)| (*w, t.task_id))
+            .collect::<Vec<_>>(),
+        [(2, one.1.task_id)]
+    );
+    // Worker 1 answers first after all: the backup is cancelled.
+    let e = s.result(1, answer(&one.1), late + Duration::from_millis(1));
+    assert_eq!(delivered(&e).len(), 1);
+    assert_eq!(cancels(&e), [one.1.task_id]);
+    s.check_invariants();
+    let c = s.snapshot().counters;
+    assert_eq!(
+        (c.backups_started, c.backups_won, c.backups_wasted),
+        (1, 0, 1)
+    );
+    // Worker 2 reports its cancelled copy (its answer, ignored): its slot
+    // is free again.
+    let e = s.result(2, answer(&one.1), late + Duration::from_millis(2));
+    assert!(delivered(&e).is_empty() && closed(&e).is_empty());
+    // Another: backed up, then its first worker lost; the backup carries on
+    // as the task, nothing queued again.
+    let three = puzzles(1, Size::new(3, 3).unwrap(), 79);
+    let t = late + Duration::from_secs(1);
+    let held = assigned(
+        &s.admit(2, spec("c", Priority::Normal, 1), three, t)
+            .unwrap(),
+    );
+    let (w, task) = held[0];
+    let mut e = Vec::new();
+    s.dispatch(t + Duration::from_millis(300), None, &mut e);
+    let copy = assigned(&e);
+    assert_eq!(copy.len(), 1);
+    let e = s.worker_lost(w, LossReason::Disconnected, t + Duration::from_millis(301));
+    assert!(assigned(&e).is_empty(), "the backup is the task now");
+    assert_eq!(s.snapshot().queued, 0);
+    s.check_invariants();
+    let e = s.result(copy[0].0, answer(&task), t + Duration::from_millis(302));
+    assert_eq!(delivered(&e).len(), 1);
+    s.check_invariants();
+}
+
+#[test]
+fn a_worker_that_answers_nothing_while_others_do_is_slow_then_stuck() {
+    let (mut s, now) = learned(Instant::now());
+    // Worker 2 takes a task and goes quiet; worker 1 keeps answering.
+    let held = assigned(
+        &s.admit(
+            1,
+            spec("c", Priority::Normal, 2),
+            puzzles(2, Size::new(3, 3).unwrap(), 80),
+            now,
+        )
+        .unwrap(),
+    );
+    let on_two: Vec<_> = held.iter().filter(|(w, _)| *w == 2).collect();
+    assert_eq!(on_two.len(), 1);
+    let on_one = held.iter().find(|(w, _)| *w == 1).unwrap();
+    let t = now + Duration::from_millis(500);
+    s.heartbeat(2, None, t);
+    let e = s.result(1, answer(&on_one.1), t);
+    // Worker 1 holds worker 2's task as a backup now (2 is overdue).
+    assert_eq!(assigned(&e).len(), 1);
+    let e = s.tick(t);
+    assert!(
+        e.iter()
+            .any(|e| matches!(e, Effect::Publish(EventKind::WorkerSlow(w)) if w.worker == 2)),
+        "worker 2 marked slow"
+    );
+    assert!(s.snapshot().worker_list.iter().any(|w| w.id == 2 && w.slow));
+    assert_eq!(s.snapshot().counters.workers_slow, 1);
+    // Past the 2 s floor, still heartbeating, while worker 1 answered after
+    // worker 2 took its task: stuck, long before the 30 s task timeout.
+    let later = now + Duration::from_millis(2600);
+    s.heartbeat(2, None, later);
+    s.heartbeat(1, None, later);
+    let e = s.tick(later);
+    assert!(matches!(closed(&e)[..], [(2, LossReason::Unresponsive)]));
+    assert_eq!(s.snapshot().counters.workers_stuck, 1);
+    s.check_invariants();
 }

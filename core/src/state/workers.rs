@@ -56,6 +56,8 @@ impl State {
                 load: 0,
                 in_flight: HashMap::new(),
                 last_seen: now,
+                last_answer: now,
+                slow: false,
                 draining: false,
                 solved: 0,
                 cache: v1::WorkerCacheStats::default(),
@@ -142,6 +144,12 @@ impl State {
         for (id, holds) in ids {
             match holds {
                 Holds::Released => {}
+                Holds::Backup => {
+                    if self.backups.get(&id).map(|w| w.get()) == Some(worker) {
+                        self.backups.remove(&id);
+                        self.counters.backups_wasted += 1;
+                    }
+                }
                 Holds::Audit => {
                     if let Some(a) = self.audits.get_mut(&id) {
                         a.worker = None;
@@ -207,6 +215,13 @@ impl State {
         let TaskState::Assigned { .. } = task.state else {
             return false;
         };
+        if self.promote_backup(id) {
+            self.counters.redispatched += 1;
+            return true;
+        }
+        let Some(task) = self.tasks.get_mut(id) else {
+            return false;
+        };
         if !count {
             task.attempts = task.attempts.saturating_sub(1);
         }
@@ -259,7 +274,10 @@ impl State {
             }
             self.lose(id, reason, now, &mut effects);
         }
+        self.judge_workers(now, &mut effects);
         self.fail_if_no_workers(now, &mut effects);
+        self.solve_times
+            .refresh(self.limits.speculation.min_samples);
         self.quarantined.retain(|_, (until, _)| *until > now);
         let depths = self.queue.depths();
         if depths != self.last_depths {
@@ -288,6 +306,7 @@ impl State {
         self.queue = FairQueue::new();
         self.audits.clear();
         self.audit_queue.clear();
+        self.backups.clear();
         for (worker, _) in std::mem::take(&mut self.workers) {
             effects.push(Effect::Close {
                 worker,

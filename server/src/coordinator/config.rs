@@ -11,7 +11,7 @@ use super::events;
 #[cfg(test)]
 use super::{SetupError, Shared};
 use colball_core::policy::Credit;
-use colball_core::{Limits, MAX_ATTEMPTS};
+use colball_core::{Limits, MAX_ATTEMPTS, Speculation};
 
 /// Coordinator settings. `Config::default()` suits one machine.
 #[derive(Clone, Debug)]
@@ -48,6 +48,9 @@ pub struct Config {
     /// Fraction of answers re-solved on another worker to catch answers
     /// that replay but are not optimal (0: none; 1: every puzzle twice).
     pub audit_rate: f64,
+    /// Backup copies of overdue tasks, and slow and stuck workers: see
+    /// [`Speculation`].
+    pub speculation: Speculation,
     /// Entries of the result cache (0 turns it off).
     pub cache_capacity: usize,
     /// Time for in-flight requests to finish after shutdown begins.
@@ -95,6 +98,7 @@ impl Default for Config {
             worker_grace: Duration::from_secs(10),
             quarantine: Duration::from_secs(600),
             audit_rate: 0.01,
+            speculation: Speculation::default(),
             cache_capacity: 1_000_000,
             drain_timeout: Duration::from_secs(10),
             events_retained: events::DEFAULT_RETAINED,
@@ -213,6 +217,45 @@ impl Config {
                 "must be more than 0".into(),
             );
         }
+        let sp = &self.speculation;
+        if !(sp.after == 0.0 || (1.0..=1000.0).contains(&sp.after)) {
+            return bad(
+                "speculation.after",
+                "--backup-after",
+                format!(
+                    "must be 0 (no backups) or between 1 and 1000, not {}",
+                    sp.after
+                ),
+            );
+        }
+        if !(0.0..=1.0).contains(&sp.budget) {
+            return bad(
+                "speculation.budget",
+                "--backup-budget",
+                format!("must be between 0 and 1, not {}", sp.budget),
+            );
+        }
+        if !(1.0..=1000.0).contains(&sp.slow_after) {
+            return bad(
+                "speculation.slow_after",
+                "--slow-after",
+                format!("must be between 1 and 1000, not {}", sp.slow_after),
+            );
+        }
+        if !(1.0..=100_000.0).contains(&sp.stuck_after) {
+            return bad(
+                "speculation.stuck_after",
+                "--stuck-after",
+                format!("must be between 1 and 100000, not {}", sp.stuck_after),
+            );
+        }
+        if sp.stuck_min.is_zero() {
+            return bad(
+                "speculation.stuck_min",
+                "--stuck-min-secs",
+                "must be more than 0".into(),
+            );
+        }
         if !(0.0..=1.0).contains(&self.audit_rate) {
             return bad(
                 "audit_rate",
@@ -239,6 +282,7 @@ impl Config {
             audit_rate: self.audit_rate,
             max_audits: 10_000,
             cache_results: self.cache_capacity > 0,
+            speculation: self.speculation.clone(),
         }
     }
 }
@@ -253,7 +297,7 @@ mod tests {
     fn a_config_is_checked_in_one_place_naming_what_is_wrong() {
         assert!(Config::default().validate().is_ok());
         type Spoil = fn(&mut Config);
-        let cases: [(Spoil, &str); 9] = [
+        let cases: [(Spoil, &str); 14] = [
             (|c| c.max_attempts = 0, "--max-attempts"),
             (
                 |c| c.max_job_puzzles = u32::MAX as usize + 1,
@@ -269,6 +313,17 @@ mod tests {
                 "--heartbeat-ms",
             ),
             (|c| c.credit_per_slot = 0, "Config::credit_per_slot"),
+            (|c| c.speculation.after = 0.5, "--backup-after"),
+            (|c| c.speculation.budget = f64::NAN, "--backup-budget"),
+            (|c| c.speculation.slow_after = 0.0, "--slow-after"),
+            (
+                |c| c.speculation.stuck_after = f64::INFINITY,
+                "--stuck-after",
+            ),
+            (
+                |c| c.speculation.stuck_min = Duration::ZERO,
+                "--stuck-min-secs",
+            ),
         ];
         for (spoil, named) in cases {
             let mut config = Config::default();

@@ -175,6 +175,9 @@ fn close_status(reason: &LossReason) -> Option<Status> {
             "a task was held past the coordinator's --task-timeout-secs; reconnect",
         )),
         LossReason::Silent => Some(Status::deadline_exceeded("heartbeats missed; reconnect")),
+        LossReason::Unresponsive => Some(Status::deadline_exceeded(
+            "answered nothing for many times the expected solve time while other workers answered; its tasks went elsewhere; reconnect",
+        )),
         LossReason::Left | LossReason::Disconnected | LossReason::Shutdown => None,
     }
 }

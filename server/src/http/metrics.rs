@@ -300,6 +300,31 @@ impl Collector for StateCollector {
                 c.audits_passed,
             ),
             (
+                "backups_started",
+                "Backup copies of overdue tasks started on another worker",
+                c.backups_started,
+            ),
+            (
+                "backups_won",
+                "Backup copies whose verified answer came first",
+                c.backups_won,
+            ),
+            (
+                "backups_wasted",
+                "Backup copies cancelled or lost (the first copy answered, or the task was no longer wanted)",
+                c.backups_wasted,
+            ),
+            (
+                "workers_marked_slow",
+                "Times a worker was marked slow (every task it held far past its expected time)",
+                c.workers_slow,
+            ),
+            (
+                "workers_stuck",
+                "Workers lost for answering nothing for many times the expected solve time while others answered",
+                c.workers_stuck,
+            ),
+            (
                 "result_cache_hits",
                 "Puzzles answered from the coordinator's result cache",
                 hits,
@@ -371,11 +396,31 @@ impl Collector for StateCollector {
         }
         out.family(
             MetricType::Gauge,
+            (
+                "worker_slow",
+                "1 while every task a worker holds is far past its expected time",
+                "worker",
+            ),
+            s.worker_list
+                .iter()
+                .map(|w| (w.name.as_str(), u64::from(w.slow))),
+        )?;
+        out.family(
+            MetricType::Gauge,
             ("worker_in_flight", "Puzzles a worker holds", "worker"),
             s.worker_list
                 .iter()
                 .map(|w| (w.name.as_str(), w.in_flight as u64)),
         )?;
+        let mut family = out.descriptor(
+            "expected_solve_seconds",
+            "How long workers held a task of this board size until its verified answer: the 90th percentile of the last 256 (a size shows once 20 are known)",
+            MetricType::Gauge,
+        )?;
+        for t in &s.solve_times {
+            ConstGauge::new(t.p90_seconds)
+                .encode(family.encode_family(&label("size", &t.size))?)?;
+        }
         let TrafficMetrics {
             answered,
             result_errors,

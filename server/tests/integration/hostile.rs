@@ -280,3 +280,43 @@ async fn the_real_binaries_refuse_a_liar_and_stay_exact() {
     // From the cache now, still exact.
     solve_exactly(&mut client, &puzzles, &answers).await;
 }
+
+/// A worker that heartbeats, takes tasks and never answers, joined before
+/// the batch: once its tasks are far past the expected 4x4 time (learned
+/// from the honest worker's answers), they get backup copies on the honest
+/// worker, so the batch finishes long before the task timeout (30 s)
+/// would have freed them, exactly as in-process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_worker_does_not_hold_a_batch_until_the_task_timeout() {
+    let config = Config {
+        audit_rate: 0.0,
+        ..quick()
+    };
+    let cluster = LocalCluster::start(config, 0, 1).await.unwrap();
+    let url = cluster.url();
+    let hung = spawn_liar(
+        FakeWorker::join_as(&url, "hung", 2).await.unwrap(),
+        Lie::Nothing,
+    );
+    let mut cluster = cluster;
+    cluster.add_worker("honest", 1);
+    assert!(cluster.wait_for_workers(2, Duration::from_secs(10)).await);
+    // Every one 4x4.
+    let (puzzles, answers) = mixed(31, 120, 1);
+    let mut client = Client::connect(&url).await.unwrap();
+    let started = std::time::Instant::now();
+    solve_exactly(&mut client, &puzzles, &answers).await;
+    let took = started.elapsed();
+    let (snapshot, _) = cluster.shared.snapshot();
+    let c = &snapshot.counters;
+    assert_eq!(c.timed_out, 0, "the batch waited for the task timeout");
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    assert!(c.backups_won >= 1, "{c:?}");
+    assert!(
+        snapshot.solve_times.iter().any(|t| t.size == "4x4"),
+        "{:?}",
+        snapshot.solve_times
+    );
+    hung.abort();
+    cluster.shutdown().await;
+}
