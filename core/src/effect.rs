@@ -1,6 +1,6 @@
 //! What the state asks its driver to do, and why a request ended early.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use colball_proto::egress;
 use colball_proto::v1::{self, cluster_event::Kind as EventKind};
@@ -78,6 +78,13 @@ pub enum Effect {
     /// Forget every cached answer from this worker (by its shown name).
     Evict {
         worker: String,
+    },
+    /// Send [`Input::Tick`](crate::Input::Tick) at `at` (besides the
+    /// regular ticks): a held task becomes overdue then, and may want a
+    /// backup before the next regular tick. A later wake than one already
+    /// asked for is never asked.
+    Wake {
+        at: Instant,
     },
 }
 

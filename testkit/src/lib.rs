@@ -7,12 +7,15 @@
 //!   PID), their metrics and their memory.
 //! - [`proxy`]: a TCP proxy on loopback whose connections can be cut.
 //! - [`pki`]: throwaway certificates for the TLS tests.
+//! - [`hung`]: a worker process that takes tasks and never answers (the
+//!   crate's binary, `colball-hung-worker`).
 //! - [`load`]: the load run (the `load` example and its test), with the
 //!   `load` feature.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test support: a failure is a failed test
 
 mod cluster;
+pub mod hung;
 #[cfg(feature = "load")]
 pub mod load;
 pub mod pki;

@@ -34,11 +34,7 @@ impl Proc {
 
     /// Sends a signal by name (`TERM`, `KILL`, ...).
     pub fn signal(&self, name: &str) {
-        let status = Command::new("kill")
-            .args([format!("-{name}"), self.0.id().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -{name} {}", self.0.id());
+        signal(self.0.id(), name);
     }
 
     /// SIGKILL, then reap.
@@ -200,6 +196,56 @@ pub fn worker_threads(
         c.spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display())),
     )
+}
+
+/// Sends process `pid` a signal by name.
+pub fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .args([format!("-{name}"), pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{name} {pid}");
+}
+
+/// A process stopped and continued in turn (SIGSTOP for `stopped`, then
+/// SIGCONT for `running`), so that it stays connected but runs at a
+/// fraction of its speed; continued for good when dropped.
+#[derive(Debug)]
+pub struct DutyCycle {
+    stop: std::sync::mpsc::Sender<()>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl DutyCycle {
+    pub fn start(pid: u32, stopped: Duration, running: Duration) -> DutyCycle {
+        let (stop, stopping) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            loop {
+                signal(pid, "STOP");
+                let end = stopping.recv_timeout(stopped);
+                signal(pid, "CONT");
+                if end != Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+                    || stopping.recv_timeout(running)
+                        != Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+                {
+                    return;
+                }
+            }
+        });
+        DutyCycle {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for DutyCycle {
+    fn drop(&mut self) {
+        let _ = self.stop.send(());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// All of the coordinator's `/metrics`, or the connection error.

@@ -81,18 +81,27 @@ impl State {
     /// With no eligible work queued: starts a backup of the most overdue
     /// tasks on workers with free credit, within the budget. Looks at most
     /// every [`SCAN_EVERY`].
+    ///
+    /// Without an answer or a tick to look again, a task becoming overdue
+    /// would wait for the next regular tick: so a look that finds tasks
+    /// not yet overdue (or is put off) asks for a wake when one will be.
     pub(super) fn speculate(&mut self, now: Instant, effects: &mut Effects) {
         let sp = &self.limits.speculation;
-        if sp.after <= 0.0 || now < self.next_speculation || self.queue.has_eligible() {
+        if sp.after <= 0.0 || self.queue.has_eligible() {
             return;
         }
         let free = |w: &super::Worker| !w.draining && !w.slow && w.load < w.credit;
         if !self.workers.values().any(free) {
             return;
         }
+        if now < self.next_speculation {
+            self.wake_at(self.next_speculation, effects);
+            return;
+        }
         self.next_speculation = now + SCAN_EVERY;
         let (after, min_age) = (sp.after, sp.min_age);
         let mut overdue: Vec<(Duration, u64, u64)> = Vec::new();
+        let mut soonest: Option<Instant> = None;
         for (&wid, w) in &self.workers {
             for (&id, held) in &w.in_flight {
                 if held.holds != Holds::Task || self.backups.contains_key(&id) {
@@ -105,10 +114,17 @@ impl State {
                     continue;
                 };
                 let age = now.saturating_duration_since(held.since);
-                if age > expected.mul_f64(after).max(min_age) {
+                let limit = expected.mul_f64(after).max(min_age);
+                if age > limit {
                     overdue.push((age, id, wid));
+                } else {
+                    let due = held.since + limit + Duration::from_millis(1);
+                    soonest = Some(soonest.map_or(due, |s| s.min(due)));
                 }
             }
+        }
+        if let Some(at) = soonest {
+            self.wake_at(at, effects);
         }
         // The longest overdue first; ties in a fixed order.
         overdue.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
@@ -150,6 +166,15 @@ impl State {
                 tasks: vec![wire],
             });
         }
+    }
+
+    /// Asks the driver for a tick at `at`, unless one is due sooner.
+    fn wake_at(&mut self, at: Instant, effects: &mut Effects) {
+        if self.wake.is_some_and(|w| w <= at) {
+            return;
+        }
+        self.wake = Some(at);
+        effects.push(Effect::Wake { at });
     }
 
     /// A backup copy's result. The first verified answer wins: the

@@ -269,6 +269,8 @@ pub struct State {
     budget: backups::Budget,
     /// When overdue tasks may next be looked for.
     next_speculation: Instant,
+    /// The wake asked of the driver ([`Effect::Wake`]) and not yet had.
+    wake: Option<Instant>,
     /// When any worker last answered.
     last_answer: Instant,
     /// When the last worker left (or the coordinator started), while none
@@ -340,6 +342,7 @@ impl State {
             backups: HashMap::new(),
             budget: backups::Budget::new(now),
             next_speculation: now,
+            wake: None,
             last_answer: now,
             no_workers_since: Some(now),
             ever_had_worker: false,

@@ -796,6 +796,8 @@ mod operations {
         ended: HashSet<u64>,
         puzzle_at: HashMap<(u64, u64), Puzzle>,
         next_id: u64,
+        /// The soonest wake the state asked for, as the driver keeps it.
+        wake: Option<Instant>,
     }
 
     impl World {
@@ -808,6 +810,13 @@ mod operations {
                             .entry(worker)
                             .or_default()
                             .extend(tasks.iter().map(|t| t.task_id));
+                    }
+                    Effect::Wake { at } => {
+                        assert!(
+                            self.wake.is_none_or(|w| at < w),
+                            "a wake asked that is no sooner than one pending"
+                        );
+                        self.wake = Some(at);
                     }
                     Effect::Cancel { .. } | Effect::Publish(_) | Effect::Evict { .. } => {}
                     Effect::Close { worker, .. } => {
@@ -860,6 +869,10 @@ mod operations {
                     now,
                 )
                 .unwrap();
+            }
+            // A wake due is had with this tick.
+            if self.wake.is_some_and(|at| at <= now) {
+                self.wake = None;
             }
             let e = s.handle(Input::Tick, now).unwrap();
             self.apply(e);
@@ -1093,7 +1106,13 @@ mod operations {
                     w.apply(e);
                 }
                 Op::Tick { ms } => {
-                    now += Duration::from_millis(ms);
+                    // The wakes asked for on the way, then the tick.
+                    let until = now + Duration::from_millis(ms);
+                    while let Some(at) = w.wake.filter(|at| *at < until) {
+                        now = now.max(at);
+                        w.tick(&mut s, now);
+                    }
+                    now = until;
                     w.tick(&mut s, now);
                 }
             }
@@ -1214,6 +1233,7 @@ mod operations {
             },
             Op::Tick { ms: 1000 },
             Op::Register { slots: 1 },
+            Op::Tick { ms: 20 },
             Op::Answer {
                 worker: 1,
                 pick: 0,
@@ -1336,6 +1356,57 @@ fn an_overdue_task_is_backed_up_and_the_first_verified_answer_wins() {
         (c.backups_started, c.backups_won, c.backups_wasted),
         (1, 1, 0)
     );
+}
+
+/// The wake the effects ask for, if any.
+fn wake(effects: &Effects) -> Option<Instant> {
+    effects.iter().find_map(|e| match e {
+        Effect::Wake { at } => Some(*at),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_task_becoming_overdue_is_backed_up_at_the_wake_it_asked_for() {
+    let (mut s, now) = learned(Instant::now());
+    let mut effects = s
+        .admit(
+            1,
+            spec("c", Priority::Normal, 1),
+            puzzles(1, Size::new(3, 3).unwrap(), 79),
+            now,
+        )
+        .unwrap();
+    let (first, task) = assigned(&effects)[0];
+    // No answer comes and no input arrives: only the wakes the state asks
+    // for (and no regular tick) bring the backup, once the task is 100 ms
+    // old (the floor; 4 x its 5 ms expected time is less).
+    let mut wakes = Vec::new();
+    let copy = loop {
+        // The one asked now, or one asked before and still pending.
+        let at = wake(&effects)
+            .or(s.wake)
+            .expect("a wake is pending while a task may become overdue");
+        assert!(wakes.len() < 4 && at > wakes.last().copied().unwrap_or(now));
+        wakes.push(at);
+        effects = s.tick(at);
+        let copy = assigned(&effects);
+        if !copy.is_empty() {
+            break copy;
+        }
+    };
+    let at = *wakes.last().unwrap();
+    assert!(
+        at > now + Duration::from_millis(100) && at <= now + Duration::from_millis(102),
+        "backed up {:?} after the task was given",
+        at - now
+    );
+    assert_eq!(copy.len(), 1);
+    assert_ne!(copy[0].0, first);
+    assert_eq!(copy[0].1.task_id, task.task_id);
+    s.check_invariants();
+    // Nothing more can become overdue: no wake asked.
+    assert_eq!(wake(&s.tick(at + Duration::from_millis(1))), None);
 }
 
 #[test]

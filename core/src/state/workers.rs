@@ -278,6 +278,10 @@ impl State {
         self.fail_if_no_workers(now, &mut effects);
         self.solve_times
             .refresh(self.limits.speculation.min_samples);
+        if self.wake.is_some_and(|w| w <= now) {
+            self.wake = None;
+        }
+        self.speculate(now, &mut effects);
         self.quarantined.retain(|_, (until, _)| *until > now);
         let depths = self.queue.depths();
         if depths != self.last_depths {

@@ -81,6 +81,9 @@ pub struct Shared {
     per_client: Arc<PerClient>,
     pub(crate) tokens: Arc<TokenSet>,
     pub(crate) workers: watch::Sender<usize>,
+    /// The earliest tick the state asked for besides the regular ones
+    /// ([`Effect::Wake`]), for [`housekeeping`].
+    wake: watch::Sender<Option<Instant>>,
     events: Arc<EventLog>,
     pub(crate) shutdown: CancellationToken,
     /// Numbers for requests and workers (the state takes them as inputs).
@@ -122,6 +125,7 @@ impl Shared {
             per_client: PerClient::new(config.max_batches_per_client),
             tokens,
             workers: watch::channel(0).0,
+            wake: watch::channel(None).0,
             next_id: AtomicU64::new(1),
             next_worker: AtomicU64::new(1),
             outboxes: DashMap::default(),
@@ -244,6 +248,17 @@ impl Shared {
                     let n = self.cache.evict_worker(&worker);
                     tracing::warn!(%worker, evicted = n, "cached answers of a quarantined worker evicted");
                 }
+                // Effects are applied outside the lock, so two may arrive
+                // out of order: the earliest stands.
+                Effect::Wake { at } => {
+                    self.wake.send_if_modified(|wake| {
+                        let sooner = wake.is_none_or(|w| at < w);
+                        if sooner {
+                            *wake = Some(at);
+                        }
+                        sooner
+                    });
+                }
             }
         }
     }
@@ -304,14 +319,43 @@ impl Shared {
     }
 }
 
-/// Declares silent and stuck workers lost, fails requests left without
-/// workers, and publishes queue depths.
+/// Ticks the state every half heartbeat interval and at the moments it
+/// asks for ([`Effect::Wake`]): silent and stuck workers are declared lost,
+/// requests left without workers failed, overdue tasks backed up and queue
+/// depths published.
 pub(crate) async fn housekeeping(shared: Arc<Shared>) {
     let interval = shared.config.heartbeat_interval;
     let mut tick = tokio::time::interval((interval / 2).max(Duration::from_millis(10)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut wake = shared.wake.subscribe();
     loop {
-        tick.tick().await;
+        let at = *wake.borrow_and_update();
+        let asked = async {
+            match at {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = asked => {
+                // Had (a sooner ask would have replaced it; a later one
+                // never does).
+                shared.wake.send_if_modified(|w| {
+                    let had = w.is_some_and(|w| w <= Instant::now());
+                    if had {
+                        *w = None;
+                    }
+                    had
+                });
+            }
+            changed = wake.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                continue;
+            }
+        }
         shared.tell(Input::Tick);
     }
 }

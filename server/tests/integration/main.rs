@@ -23,3 +23,4 @@ mod prometheus;
 mod secure_processes;
 mod security;
 mod sharing;
+mod stragglers;
