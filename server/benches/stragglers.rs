@@ -16,7 +16,8 @@
 //!   workers: extra solves the backups cost, and puzzles per second with
 //!   and without them.
 //!
-//! `ROUNDS` (1) repeats the whole; each line stands on its own.
+//! `ROUNDS` (1) repeats the whole; each line stands on its own (the healthy
+//! case's two runs go in alternating order).
 
 #![allow(clippy::unwrap_used)] // a benchmark: a failed unwrap is a failed run
 
@@ -113,6 +114,26 @@ fn ratio(a: Duration, b: Duration) -> f64 {
     a.as_secs_f64() / b.as_secs_f64()
 }
 
+/// One case's line: the baseline, the case, and the case with the
+/// handling off, with their ratios to the baseline.
+fn report(
+    case: &str,
+    base: &str,
+    with: &str,
+    puzzles: &[(String, Puzzle)],
+    [alone, on, off]: [Duration; 3],
+) {
+    println!(
+        "{case:8} {} 4x4: {base} {:.2} s; {with} {:.2} s ({:.2}x), handling off {:.2} s ({:.2}x)",
+        puzzles.len(),
+        alone.as_secs_f64(),
+        on.as_secs_f64(),
+        ratio(on, alone),
+        off.as_secs_f64(),
+        ratio(off, alone)
+    );
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let b = Bench {
@@ -126,33 +147,36 @@ async fn main() {
         let alone = healthy_alone(&b, &puzzles, 1).await;
         let on = with_hung(&b, &puzzles, true).await;
         let off = with_hung(&b, &puzzles, false).await;
-        println!(
-            "hung     {} 4x4: honest alone {:.2} s; with a hung worker {:.2} s ({:.2}x), handling off {:.2} s ({:.1}x)",
-            puzzles.len(),
-            alone.as_secs_f64(),
-            on.as_secs_f64(),
-            ratio(on, alone),
-            off.as_secs_f64(),
-            ratio(off, alone)
+        report(
+            "hung",
+            "honest alone",
+            "with a hung worker",
+            &puzzles,
+            [alone, on, off],
         );
 
         let puzzles = batch(seed, four, env("COUNT_STOPPED", 2000));
         let alone = healthy_alone(&b, &puzzles, 2).await;
         let on = with_stopped(&b, &puzzles, true).await;
         let off = with_stopped(&b, &puzzles, false).await;
-        println!(
-            "stopped  {} 4x4: two healthy alone {:.2} s; with a third stopped 0.9 s in 1 s {:.2} s ({:.2}x), handling off {:.2} s ({:.2}x)",
-            puzzles.len(),
-            alone.as_secs_f64(),
-            on.as_secs_f64(),
-            ratio(on, alone),
-            off.as_secs_f64(),
-            ratio(off, alone)
+        report(
+            "stopped",
+            "two healthy alone",
+            "with a third stopped 0.9 s in 1 s",
+            &puzzles,
+            [alone, on, off],
         );
 
         let puzzles = batch(seed, four, env("COUNT_HEALTHY", 20_000));
-        let (on, started) = healthy(&b, &puzzles, true).await;
-        let (off, _) = healthy(&b, &puzzles, false).await;
+        // Which goes first alternates by round, so that a machine getting
+        // busier or quieter does not favour one.
+        let ((on, started), (off, _)) = if round % 2 == 0 {
+            let on = healthy(&b, &puzzles, true).await;
+            (on, healthy(&b, &puzzles, false).await)
+        } else {
+            let off = healthy(&b, &puzzles, false).await;
+            (healthy(&b, &puzzles, true).await, off)
+        };
         let rate = |d: Duration| puzzles.len() as f64 / d.as_secs_f64();
         println!(
             "healthy  {} 4x4 on two workers: backups {started} ({:.2}% extra solves), {:.0}/s with them, {:.0}/s without ({:.3}x)",

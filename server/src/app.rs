@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use colball_proto::Secret;
 use tokio_util::sync::CancellationToken;
 
 use crate::coordinator::{Config, SetupError, Shared};
@@ -26,11 +27,16 @@ pub struct App {
 }
 
 impl App {
-    /// Checks `config`, reads the client tokens, opens the job store (on
-    /// disk with `--data-dir`, else in memory) and starts the jobs (taking
-    /// up unfinished ones). Needs a tokio runtime.
-    pub fn start(config: Config, shutdown: CancellationToken) -> Result<App, StartError> {
-        let store = store::open(config.data_dir.as_deref(), config.max_store_bytes)?;
+    /// Checks `config`, reads the client tokens, opens the job store
+    /// (PostgreSQL with `--store`, SQLite on disk with `--data-dir`, else
+    /// in memory) and starts the jobs (taking up unfinished ones).
+    pub async fn start(config: Config, shutdown: CancellationToken) -> Result<App, StartError> {
+        let store = store::open(
+            config.store_url.as_ref().map(Secret::expose_str),
+            config.data_dir.as_deref(),
+            config.max_store_bytes,
+        )
+        .await?;
         let scheduler = Shared::new(config, shutdown)?;
         let jobs = Jobs::start(scheduler.clone(), store, &scheduler.config);
         Ok(App { scheduler, jobs })

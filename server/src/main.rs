@@ -111,6 +111,18 @@ struct CoordinatorArgs {
     /// in memory and are lost when the coordinator stops.
     #[arg(long, value_name = "DIR", env = "COLBALL_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// Keep durable jobs in PostgreSQL instead:
+    /// postgres://USER[:PASSWORD]@HOST:PORT/DB (the password, if not in
+    /// the URL, from PGPASSWORD). Several coordinators may share one
+    /// database. Never logged.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "COLBALL_STORE",
+        hide_env_values = true,
+        conflicts_with = "data_dir"
+    )]
+    store: Option<String>,
     /// Most puzzles in one job (at most 4,294,967,295).
     #[arg(long, default_value_t = defaults().max_job_puzzles)]
     max_job_puzzles: usize,
@@ -345,6 +357,11 @@ impl TryFrom<&CoordinatorArgs> for coordinator::Config {
             },
             client_tokens_file: args.client_tokens_file.clone(),
             data_dir: args.data_dir.clone(),
+            store_url: args
+                .store
+                .as_deref()
+                .map(|url| Secret::new(url, "--store (or COLBALL_STORE)"))
+                .transpose()?,
             max_job_puzzles: args.max_job_puzzles,
             job_retention: secs("--job-retention-hours", args.job_retention_hours * 3600.0)?,
             max_store_bytes: args.max_store_mib.map(|m| m.saturating_mul(1 << 20)),
@@ -374,7 +391,7 @@ async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
     let addr = listener.local_addr()?;
     let shutdown = shutdown::on_signal();
-    let app = colball_server::app::App::start(config, shutdown.clone())?;
+    let app = colball_server::app::App::start(config, shutdown.clone()).await?;
     reload_on_sighup(app.scheduler.clone());
     if let Some(http_addr) = args.http {
         let http_listener = TcpListener::bind(http_addr)

@@ -57,7 +57,9 @@ impl LocalCluster {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let shutdown = CancellationToken::new();
-        let app = App::start(config, shutdown.clone()).map_err(std::io::Error::other)?;
+        let app = App::start(config, shutdown.clone())
+            .await
+            .map_err(std::io::Error::other)?;
         let coordinator = tokio::spawn(colball_server::grpc::serve(
             listener,
             app.clone(),

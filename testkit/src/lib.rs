@@ -7,6 +7,7 @@
 //!   PID), their metrics and their memory.
 //! - [`proxy`]: a TCP proxy on loopback whose connections can be cut.
 //! - [`pki`]: throwaway certificates for the TLS tests.
+//! - [`postgres`]: a throwaway PostgreSQL server on a free loopback port.
 //! - [`hung`]: a worker process that takes tasks and never answers (the
 //!   crate's binary, `colball-hung-worker`).
 //! - [`load`]: the load run (the `load` example and its test), with the
@@ -19,6 +20,7 @@ pub mod hung;
 #[cfg(feature = "load")]
 pub mod load;
 pub mod pki;
+pub mod postgres;
 pub mod procs;
 pub mod proxy;
 

@@ -283,13 +283,16 @@ pub async fn wait_metric(http: &str, name: &str, ok: impl Fn(u64) -> bool) -> u6
     }
 }
 
-/// A coordinator on a fresh data dir and its one-thread workers, for the
-/// tests that kill the coordinator and start it again on its store.
+/// A coordinator on a fresh job store (a data dir, or a PostgreSQL
+/// database) and its one-thread workers, for the tests that kill the
+/// coordinator and start it again on its store.
 #[derive(Debug)]
 pub struct Durable {
     pub coordinator: Coordinator,
-    /// Its `--data-dir` (removed on drop).
+    /// Its `--data-dir` (removed on drop), or none for a `--store`.
     pub data: std::path::PathBuf,
+    /// The coordinator's store flag and its value.
+    store: [String; 2],
     bin: std::path::PathBuf,
     _workers: Vec<Proc>,
 }
@@ -300,11 +303,28 @@ impl Durable {
     pub async fn start(bin: &Path, name: &str, workers: usize) -> Durable {
         let data = std::env::temp_dir().join(format!("colball-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data);
-        let coordinator = coordinator(
+        let dir = data.to_str().expect("a UTF-8 temp dir").to_string();
+        Durable::start_on(bin, ["--data-dir".into(), dir], data, workers).await
+    }
+
+    /// Like [`Self::start`], on the PostgreSQL database at `url`.
+    pub async fn start_postgres(bin: &Path, url: &str, workers: usize) -> Durable {
+        Durable::start_on(
             bin,
-            "127.0.0.1:0",
-            &["--data-dir", data.to_str().expect("a UTF-8 temp dir")],
-        );
+            ["--store".into(), url.into()],
+            Default::default(),
+            workers,
+        )
+        .await
+    }
+
+    async fn start_on(
+        bin: &Path,
+        store: [String; 2],
+        data: std::path::PathBuf,
+        workers: usize,
+    ) -> Durable {
+        let coordinator = coordinator(bin, "127.0.0.1:0", &[&store[0], &store[1]]);
         let _workers = (0..workers)
             .map(|i| worker(bin, &coordinator.url, &format!("w{i}"), Stderr::Quiet, &[]))
             .collect();
@@ -312,12 +332,13 @@ impl Durable {
         Durable {
             coordinator,
             data,
+            store,
             bin: bin.to_path_buf(),
             _workers,
         }
     }
 
-    /// SIGKILLs the coordinator (and reaps it); its data dir stays.
+    /// SIGKILLs the coordinator (and reaps it); its store stays.
     pub fn kill(&mut self) {
         let old = &mut self.coordinator.proc.0;
         let _ = old.kill();
@@ -325,18 +346,19 @@ impl Durable {
     }
 
     /// SIGKILLs the coordinator and starts another on the same address
-    /// and data dir (the workers find it on their own).
+    /// and store (the workers find it on their own).
     pub fn kill_and_restart(&mut self) {
         self.kill();
         let listen = self.coordinator.addr.to_string();
-        let data = self.data.to_str().expect("a UTF-8 temp dir").to_string();
-        self.coordinator = coordinator(&self.bin, &listen, &["--data-dir", &data]);
+        self.coordinator = coordinator(&self.bin, &listen, &[&self.store[0], &self.store[1]]);
     }
 }
 
 impl Drop for Durable {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.data);
+        if !self.data.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.data);
+        }
     }
 }
 

@@ -73,6 +73,8 @@ pub struct Config {
     pub tls: Option<tonic::transport::ServerTlsConfig>,
     /// Where the job store lives (`None`: in memory, lost on restart).
     pub data_dir: Option<std::path::PathBuf>,
+    /// A PostgreSQL job store's URL (`--store`), instead of `data_dir`.
+    pub store_url: Option<Secret>,
     /// Most puzzles in one job.
     pub max_job_puzzles: usize,
     /// Finished jobs are deleted this long after they finished.
@@ -108,6 +110,7 @@ impl Default for Config {
             worker_token: None,
             tls: None,
             data_dir: None,
+            store_url: None,
             max_job_puzzles: 10_000_000,
             job_retention: Duration::from_secs(168 * 3600),
             max_store_bytes: None,

@@ -42,7 +42,7 @@ pub async fn run(
     config: Config,
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
-    let app = App::start(config, shutdown.clone())?;
+    let app = App::start(config, shutdown.clone()).await?;
     serve(listener, app, shutdown).await?;
     Ok(())
 }

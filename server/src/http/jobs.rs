@@ -109,7 +109,9 @@ impl IntoResponse for JobError {
             }
             JobError::KeyTaken(_) | JobError::Incomplete(_) => StatusCode::CONFLICT,
             JobError::NotFound(_) => StatusCode::NOT_FOUND,
-            JobError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            JobError::ShuttingDown | JobError::Store(StoreError::Unavailable(_)) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             JobError::Store(e) => {
                 tracing::error!(error = %e, "job store");
                 StatusCode::INTERNAL_SERVER_ERROR

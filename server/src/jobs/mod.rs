@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 pub use error::{JobError, SubmitError};
 use keys::Keys;
@@ -47,6 +48,62 @@ struct Limits {
     max_job_puzzles: usize,
     max_store_bytes: Option<u64>,
     retention: Duration,
+}
+
+/// How the jobs wait for a store that is unavailable for now (a database
+/// restarting): 100 ms doubling to 5 s between tries, said once in the
+/// log, given up only at shutdown or when the caller's `stop` fires.
+pub(crate) struct Patience {
+    what: &'static str,
+    pause: Duration,
+    said: bool,
+}
+
+impl Patience {
+    pub(crate) fn new(what: &'static str) -> Patience {
+        Patience {
+            what,
+            pause: Duration::from_millis(100),
+            said: false,
+        }
+    }
+
+    /// After a try that failed with `e`: waits and says whether to try
+    /// again (`e` passes, and neither `shutdown` nor `stop` came).
+    pub(crate) async fn again(
+        &mut self,
+        e: &StoreError,
+        shutdown: &CancellationToken,
+        stop: Option<&CancellationToken>,
+    ) -> bool {
+        if !e.passing() {
+            return false;
+        }
+        if !self.said {
+            tracing::warn!(error = %e, "{}: the job store is unavailable; trying again until it is back", self.what);
+            self.said = true;
+        }
+        let stopped = async {
+            match stop {
+                Some(stop) => stop.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = tokio::time::sleep(self.pause) => {}
+            () = stopped => return false,
+            () = shutdown.cancelled() => return false,
+        }
+        self.pause = (self.pause * 2).min(Duration::from_secs(5));
+        true
+    }
+
+    /// The last try's outcome: says so if the store came back.
+    pub(crate) fn done(&self, ok: bool) {
+        if self.said && ok {
+            tracing::info!("{}: the job store is back", self.what);
+        }
+    }
 }
 
 /// The jobs subsystem: see the module documentation.
@@ -84,6 +141,28 @@ impl Jobs {
         jobs.scheduler.spawn(span(), jobs.clone().resume());
         jobs.scheduler.spawn(span(), jobs.clone().retention());
         jobs
+    }
+
+    /// Calls `call` on the store until it answers (see [`Patience`]).
+    pub(crate) async fn patiently<T, F>(
+        &self,
+        what: &'static str,
+        stop: Option<&CancellationToken>,
+        mut call: impl FnMut() -> F,
+    ) -> Result<T, StoreError>
+    where
+        F: Future<Output = Result<T, StoreError>>,
+    {
+        let mut patience = Patience::new(what);
+        loop {
+            match call().await {
+                Err(e) if patience.again(&e, &self.scheduler.shutdown, stop).await => {}
+                outcome => {
+                    patience.done(outcome.is_ok());
+                    return outcome;
+                }
+            }
+        }
     }
 
     /// Whether jobs outlive the coordinator (the store is on disk).

@@ -90,15 +90,22 @@ impl Jobs {
     /// Stops a job's run and marks it failed, saying why.
     pub(super) async fn fail(&self, job: i64, why: &str) {
         self.stop(job);
+        let now_ms = events::unix_ms();
         let _ = self
-            .store
-            .set_state(job, JobState::Failed, why, events::unix_ms())
+            .patiently("failing a job", None, || {
+                self.store.set_state(job, JobState::Failed, why, now_ms)
+            })
             .await;
     }
 
     /// Takes up every unfinished job (at start, after a restart).
     pub(super) async fn resume(self: Arc<Self>) {
-        match self.store.unfinished().await {
+        match self
+            .patiently("taking up unfinished jobs", None, || {
+                self.store.unfinished()
+            })
+            .await
+        {
             Ok(rows) => {
                 if !rows.is_empty() {
                     tracing::info!(jobs = rows.len(), "taking up unfinished jobs");
@@ -142,7 +149,12 @@ impl Jobs {
     /// see the run as one batch (request `job`) of the puzzles it still
     /// had to solve.
     async fn feed(self: Arc<Self>, seq: i64, cancel: CancellationToken) {
-        let Ok(Some(row)) = self.store.job(seq).await else {
+        let Ok(Some(row)) = self
+            .patiently("starting a job's run", Some(&cancel), || {
+                self.store.job(seq)
+            })
+            .await
+        else {
             self.runs.remove(&seq);
             return;
         };
@@ -203,8 +215,15 @@ impl Jobs {
             let arrived = *upload.borrow_and_update();
             events.grow(arrived.valid.saturating_sub(announced));
             announced = announced.max(arrived.valid);
-            let window = match self.store.pending(seq, after, WINDOW).await {
+            let window = match self
+                .patiently("reading a job's puzzles", Some(cancel), || {
+                    self.store.pending(seq, after, WINDOW)
+                })
+                .await
+            {
                 Ok(w) => w,
+                // Given up waiting for the store: the run was stopped.
+                Err(e) if e.passing() => return STOPPED.into(),
                 Err(e) => {
                     self.fail(seq, &e.to_string()).await;
                     return e.to_string();
@@ -267,9 +286,11 @@ impl Jobs {
             _ = stored.wait_for(|n| *n >= total) => {}
             () = cancel.cancelled() => return STOPPED.into(),
         }
+        let done_ms = events::unix_ms();
         let _ = self
-            .store
-            .set_state(seq, JobState::Done, "", events::unix_ms())
+            .patiently("marking a job done", Some(cancel), || {
+                self.store.set_state(seq, JobState::Done, "", done_ms)
+            })
             .await;
         self.runs.remove(&seq);
         tracing::info!(job = %self.store.job_id(seq), puzzles = total, "job done");

@@ -9,8 +9,8 @@ use std::time::Duration;
 use colball_proto::egress;
 use tokio::sync::mpsc;
 
-use super::Jobs;
 use super::store::{StoreError, ToWrite};
+use super::{Jobs, Patience};
 
 /// Results the writer puts in one transaction at most.
 const GROUP: usize = 4096;
@@ -54,7 +54,7 @@ impl Jobs {
             for (job, _) in &batch {
                 *counts.entry(*job).or_default() += 1;
             }
-            match self.store.put_results(batch).await {
+            match self.put_patiently(batch).await {
                 (batch, Ok(new)) => {
                     self.live(batch, &new);
                     for (job, n) in counts {
@@ -77,7 +77,7 @@ impl Jobs {
                     }
                     for (job, results) in by_job {
                         let n = results.len() as u64;
-                        match self.store.put_results(results).await {
+                        match self.put_patiently(results).await {
                             (results, Ok(new)) => {
                                 self.live(results, &new);
                                 self.stored(job, n);
@@ -85,6 +85,31 @@ impl Jobs {
                             (_, Err(e)) => self.not_stored(job, &e).await,
                         }
                     }
+                }
+            }
+        }
+    }
+
+    /// Stores a group, trying again while the store is unavailable for
+    /// now: results are never dropped for a database restarting (the
+    /// runs wait for them meanwhile).
+    async fn put_patiently(
+        &self,
+        mut group: Vec<ToWrite>,
+    ) -> (Vec<ToWrite>, Result<Vec<bool>, StoreError>) {
+        let mut patience = Patience::new("storing results");
+        loop {
+            match self.store.put_results(group).await {
+                // (A group the store lost with its error is not tried again.)
+                (back, Err(e))
+                    if !back.is_empty()
+                        && patience.again(&e, &self.scheduler.shutdown, None).await =>
+                {
+                    group = back;
+                }
+                (back, outcome) => {
+                    patience.done(outcome.is_ok());
+                    return (back, outcome);
                 }
             }
         }

@@ -12,6 +12,7 @@ use colball_proto::Secret;
 use colball_proto::v1::{self, puzzle_result};
 use colball_server::coordinator::Config;
 use colball_testkit::LocalCluster;
+use colball_testkit::postgres::TempPostgres;
 use colball_testkit::procs::{self, Stderr, wait_metric};
 use tokio_stream::StreamExt;
 use tonic::Code;
@@ -139,6 +140,164 @@ async fn jobs_belong_to_their_client_and_can_be_cancelled() {
 async fn a_job_survives_coordinator_kills_and_resumes_where_it_stopped() {
     let bin = Path::new(BIN);
     let mut cluster = procs::Durable::start(bin, "jobs-kill", 1).await;
+    survives_kills(&mut cluster).await;
+    cluster.kill();
+    // A file that is not a database: a clear error at start, exit 1.
+    let dir = &cluster.data;
+    for side in ["colball.sqlite3-wal", "colball.sqlite3-shm"] {
+        let _ = std::fs::remove_file(dir.join(side));
+    }
+    std::fs::write(
+        dir.join("colball.sqlite3"),
+        b"not a database at all".repeat(100),
+    )
+    .unwrap();
+    let out = std::process::Command::new(bin)
+        .args(["coordinator", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("colball.sqlite3") && stderr.contains("not a database"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_on_postgres_survives_coordinator_kills_and_resumes_where_it_stopped() {
+    let bin = Path::new(BIN);
+    let server = tokio::task::spawn_blocking(TempPostgres::start)
+        .await
+        .unwrap();
+    let url = server.database("jobs");
+    let mut cluster = procs::Durable::start_postgres(bin, &url, 1).await;
+    survives_kills(&mut cluster).await;
+}
+
+/// PostgreSQL restarted in immediate mode (SIGQUIT: no checkpoint, as a
+/// crash) mid-job: what was acknowledged stays, the job goes on once the
+/// database is back, and a reader that sees UNAVAILABLE meanwhile picks
+/// up from where it stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_on_postgres_rides_through_the_database_restarting() {
+    let bin = Path::new(BIN);
+    let mut server = tokio::task::spawn_blocking(TempPostgres::start)
+        .await
+        .unwrap();
+    let url = server.database("restart");
+    let cluster = procs::Durable::start_postgres(bin, &url, 1).await;
+    let (puzzles, answers) = mixed(43, 6000, 8);
+    let mut jobs = Jobs::connect(&cluster.coordinator.url, &Security::default())
+        .await
+        .unwrap();
+    let id = jobs.submit(&puzzles, None, "").await.unwrap().id;
+    let mut seen = read(&mut jobs, &id, 0, true, 1500).await;
+    let pid = server.pid();
+    let server = tokio::task::spawn_blocking(move || {
+        server.restart_immediate();
+        server
+    })
+    .await
+    .unwrap();
+    assert_ne!(server.pid(), pid, "a new server");
+    let mut unavailable = 0;
+    let read_rest = async {
+        while seen.len() < puzzles.len() {
+            let mut stream = match jobs.results(&id, seen.len() as u64, true).await {
+                Ok(stream) => stream,
+                Err(ClientError::Status(s)) if s.code() == Code::Unavailable => {
+                    unavailable += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+                Err(e) => panic!("{e}"),
+            };
+            while let Some(r) = stream.next().await {
+                match r {
+                    Ok(r) => {
+                        assert_eq!(r.index, seen.len() as u64, "in input order");
+                        seen.push(r);
+                    }
+                    Err(ClientError::Status(s)) if s.code() == Code::Unavailable => {
+                        unavailable += 1;
+                        break;
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+    };
+    if tokio::time::timeout(std::time::Duration::from_secs(60), read_rest)
+        .await
+        .is_err()
+    {
+        let job = jobs.get(&id).await.unwrap();
+        panic!("stuck at {} results: {job:?}", seen.len());
+    }
+    println!("read through the restart ({unavailable} reads refused as UNAVAILABLE)");
+    for (r, answer) in seen.iter().zip(&answers) {
+        assert_eq!(moves(r), *answer, "{}", r.id);
+    }
+    let job = jobs.get(&id).await.unwrap();
+    assert_eq!(job.state, v1::JobState::Done as i32, "{}", job.failure);
+    assert_eq!(job.solved + job.errors, puzzles.len() as u64);
+}
+
+/// A coordinator whose database cannot be used exits 1 at start, saying
+/// which host and database (never the password) and why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_store_that_cannot_be_used_stops_the_start_naming_host_and_database() {
+    let start = |url: &str| {
+        let out = std::process::Command::new(BIN)
+            .args(["coordinator", "--listen", "127.0.0.1:0", "--store", url])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(
+            !stderr.contains("hunter2"),
+            "the password is shown: {stderr}"
+        );
+        stderr
+    };
+    // Nothing listens on port 1.
+    let stderr = start("postgres://colball:hunter2@127.0.0.1:1/orders");
+    assert!(stderr.contains("\"orders\" on 127.0.0.1:1"), "{stderr}");
+    let server = tokio::task::spawn_blocking(TempPostgres::start)
+        .await
+        .unwrap();
+    // A database that does not exist.
+    let missing = server
+        .url("missing")
+        .replace("colball@", "colball:hunter2@");
+    let stderr = start(&missing);
+    assert!(
+        stderr.contains("\"missing\"") && stderr.contains("does not exist"),
+        "{stderr}"
+    );
+    // A database holding another application's tables.
+    let theirs = server.database("theirs");
+    let (client, connection) = tokio_postgres::connect(&theirs, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute("CREATE TABLE invoices (id int)")
+        .await
+        .unwrap();
+    let stderr = start(&theirs);
+    assert!(
+        stderr.contains("invoices") && stderr.contains("a database of its own"),
+        "{stderr}"
+    );
+}
+
+/// A 6,000-puzzle job on `cluster`, its coordinator killed twice and
+/// restarted on its store while the client reads; every result once and
+/// right, and the job done.
+async fn survives_kills(cluster: &mut procs::Durable) {
     let (puzzles, answers) = mixed(42, 6000, 8);
     let url = cluster.coordinator.url.clone();
     let mut jobs = Jobs::connect(&url, &Security::default()).await.unwrap();
@@ -163,28 +322,6 @@ async fn a_job_survives_coordinator_kills_and_resumes_where_it_stopped() {
     let mut jobs = Jobs::connect(&url, &Security::default()).await.unwrap();
     let job = jobs.get(&id).await.unwrap();
     assert_eq!(job.state, v1::JobState::Done as i32);
-    cluster.kill();
-    // A file that is not a database: a clear error at start, exit 1.
-    let dir = &cluster.data;
-    for side in ["colball.sqlite3-wal", "colball.sqlite3-shm"] {
-        let _ = std::fs::remove_file(dir.join(side));
-    }
-    std::fs::write(
-        dir.join("colball.sqlite3"),
-        b"not a database at all".repeat(100),
-    )
-    .unwrap();
-    let out = std::process::Command::new(bin)
-        .args(["coordinator", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("colball.sqlite3") && stderr.contains("not a database"),
-        "{stderr}"
-    );
 }
 
 /// `colball solve --connect`'s loop (`jobs::solve_in_order`) on 20,000

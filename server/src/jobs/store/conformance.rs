@@ -1,5 +1,6 @@
 //! What every [`JobStore`] must do, checked on each implementation: the
-//! in-memory store, SQLite in memory and SQLite on disk.
+//! in-memory store, SQLite in memory and on disk, and PostgreSQL (a
+//! throwaway server of the test's own).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,14 +9,18 @@ use colball_proto::{egress, v1};
 use colball_solver::Size;
 use colball_solver::generate::Generator;
 
+use colball_testkit::postgres::TempPostgres;
+
 use super::memory::MemoryStore;
+use super::postgres::PostgresStore;
 use super::sqlite::SqliteStore;
 use super::{Entry, JobState, JobStore, NewJob, StoreError};
 
-/// A store to check, and the directory it keeps, if any.
+/// A store to check, the directory it keeps, if any, and its server.
 struct Subject {
     store: Arc<dyn JobStore>,
     dir: Option<PathBuf>,
+    _server: Option<TempPostgres>,
 }
 
 impl Drop for Subject {
@@ -26,15 +31,20 @@ impl Drop for Subject {
     }
 }
 
-fn subjects(test: &str, cap: Option<u64>) -> Vec<(&'static str, Subject)> {
+async fn subjects(test: &str, cap: Option<u64>) -> Vec<(&'static str, Subject)> {
     let dir = std::env::temp_dir().join(format!("colball-conf-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
+    let server = tokio::task::spawn_blocking(TempPostgres::start)
+        .await
+        .unwrap();
+    let url = server.database("conformance");
     vec![
         (
             "memory",
             Subject {
                 store: Arc::new(MemoryStore::new(cap)),
                 dir: None,
+                _server: None,
             },
         ),
         (
@@ -42,6 +52,7 @@ fn subjects(test: &str, cap: Option<u64>) -> Vec<(&'static str, Subject)> {
             Subject {
                 store: Arc::new(SqliteStore::open(None, cap).unwrap()),
                 dir: None,
+                _server: None,
             },
         ),
         (
@@ -49,6 +60,15 @@ fn subjects(test: &str, cap: Option<u64>) -> Vec<(&'static str, Subject)> {
             Subject {
                 store: Arc::new(SqliteStore::open(Some(&dir), cap).unwrap()),
                 dir: Some(dir),
+                _server: None,
+            },
+        ),
+        (
+            "postgres",
+            Subject {
+                store: Arc::new(PostgresStore::connect(&url, cap).await.unwrap()),
+                dir: None,
+                _server: Some(server),
             },
         ),
     ]
@@ -98,7 +118,7 @@ async fn put(s: &dyn JobStore, results: Vec<(i64, egress::PuzzleResult)>) -> Vec
 
 #[tokio::test]
 async fn a_job_goes_in_is_sealed_and_its_results_read_back() {
-    for (name, subject) in subjects("life", None) {
+    for (name, subject) in subjects("life", None).await {
         let s = &*subject.store;
         let job = s
             .create(NewJob {
@@ -192,7 +212,7 @@ async fn a_job_goes_in_is_sealed_and_its_results_read_back() {
 
 #[tokio::test]
 async fn one_group_over_two_jobs_counts_each_job_s_new_results() {
-    for (name, subject) in subjects("group", None) {
+    for (name, subject) in subjects("group", None).await {
         let s = &*subject.store;
         let (a, b) = (
             s.create(new_job("a")).await.unwrap(),
@@ -235,7 +255,7 @@ async fn one_group_over_two_jobs_counts_each_job_s_new_results() {
 
 #[tokio::test]
 async fn invalid_puzzles_are_stored_with_their_error_and_a_job_of_them_is_done_when_sealed() {
-    for (name, subject) in subjects("invalid", None) {
+    for (name, subject) in subjects("invalid", None).await {
         let s = &*subject.store;
         let job = s.create(new_job("a")).await.unwrap();
         let bad = v1::PuzzleResult {
@@ -290,7 +310,7 @@ async fn invalid_puzzles_are_stored_with_their_error_and_a_job_of_them_is_done_w
 
 #[tokio::test]
 async fn an_any_order_job_reads_its_results_in_the_order_they_were_stored() {
-    for (name, subject) in subjects("any", None) {
+    for (name, subject) in subjects("any", None).await {
         let s = &*subject.store;
         let job = s
             .create(NewJob {
@@ -336,7 +356,7 @@ async fn an_any_order_job_reads_its_results_in_the_order_they_were_stored() {
 
 #[tokio::test]
 async fn retention_deletes_only_jobs_finished_before_the_cut() {
-    for (name, subject) in subjects("expire", None) {
+    for (name, subject) in subjects("expire", None).await {
         let s = &*subject.store;
         let job = s.create(new_job("a")).await.unwrap();
         s.add(job, 0, entries(3)).await.unwrap();
@@ -361,7 +381,7 @@ async fn retention_deletes_only_jobs_finished_before_the_cut() {
 #[tokio::test]
 async fn a_capped_store_refuses_whole_writes_past_its_cap_and_reuses_freed_room() {
     let cap = 256 * 1024;
-    for (name, subject) in subjects("cap", Some(cap)) {
+    for (name, subject) in subjects("cap", Some(cap)).await {
         let s = &*subject.store;
         let empty = s.size_bytes().await.unwrap();
         let mut jobs = Vec::new();

@@ -1,7 +1,9 @@
 //! Where jobs, their puzzles and their results are kept: the [`JobStore`]
-//! interface, and its implementations. [`sqlite`] keeps them in SQLite (a
-//! file with `--data-dir`, so jobs survive a restart); [`memory`] keeps them
-//! in the process's memory (no `--data-dir`: jobs are lost on restart).
+//! interface, and its implementations. [`postgres`] keeps them in a
+//! PostgreSQL database (`--store URL`) that several coordinators can
+//! share; [`sqlite`] in SQLite (a file with `--data-dir`, so jobs survive a
+//! restart); [`memory`] in the process's memory (neither: jobs are lost on
+//! restart).
 //!
 //! The jobs subsystem calls the store only through the trait, so another
 //! database is one more implementation: neither the scheduler nor the API
@@ -9,6 +11,7 @@
 //! (`conformance` below).
 
 pub mod memory;
+pub mod postgres;
 pub mod sqlite;
 
 use std::path::Path;
@@ -144,8 +147,20 @@ pub enum StoreError {
     Full(String),
     #[error("job {0} is not in the store")]
     NoSuchJob(i64),
+    /// For now: the database is unreachable or restarting (a connection
+    /// refused or lost, the server shutting down or starting). Worth
+    /// trying again; nothing of the call was kept.
+    #[error("the job store is unavailable for now: {0}")]
+    Unavailable(String),
     #[error("the job store's task failed: {0}")]
     Task(String),
+}
+
+impl StoreError {
+    /// Whether the same call may succeed later ([`StoreError::Unavailable`]).
+    pub fn passing(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
 }
 
 /// See the module documentation. Every method is one transaction: when it
@@ -239,14 +254,19 @@ pub trait JobStore: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<Vec<egress::PuzzleResult>, StoreError>;
 }
 
-/// The store for a coordinator: SQLite in `data_dir` when there is one,
-/// else in memory; capped at twice `limit` (room for the results of jobs
-/// admitted under it).
-pub fn open(data_dir: Option<&Path>, limit: Option<u64>) -> Result<Arc<dyn JobStore>, StoreError> {
+/// The store for a coordinator: PostgreSQL at `url` when there is one,
+/// else SQLite in `data_dir` when there is one, else in memory; capped at
+/// twice `limit` (room for the results of jobs admitted under it).
+pub async fn open(
+    url: Option<&str>,
+    data_dir: Option<&Path>,
+    limit: Option<u64>,
+) -> Result<Arc<dyn JobStore>, StoreError> {
     let cap = limit.map(|l| l.saturating_mul(2));
-    Ok(match data_dir {
-        Some(dir) => Arc::new(sqlite::SqliteStore::open(Some(dir), cap)?),
-        None => Arc::new(memory::MemoryStore::new(cap)),
+    Ok(match (url, data_dir) {
+        (Some(url), _) => Arc::new(postgres::PostgresStore::connect(url, cap).await?),
+        (None, Some(dir)) => Arc::new(sqlite::SqliteStore::open(Some(dir), cap)?),
+        (None, None) => Arc::new(memory::MemoryStore::new(cap)),
     })
 }
 

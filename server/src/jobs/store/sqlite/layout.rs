@@ -122,10 +122,7 @@ pub fn pack(entries: &[Entry]) -> (Vec<u8>, Vec<u8>) {
     for entry in entries {
         match entry {
             Entry::Puzzle { id, puzzle } => {
-                let size = puzzle.size();
-                puzzles.push((size.rows() * 10 + size.cols()) as u8);
-                puzzles.extend_from_slice(&puzzle.start().packed().to_le_bytes());
-                puzzles.extend_from_slice(&puzzle.target().packed().to_le_bytes());
+                puzzles.extend_from_slice(&pack_puzzle(puzzle));
                 put_len(&mut ids, id.len());
                 ids.extend_from_slice(id.as_bytes());
             }
@@ -153,12 +150,29 @@ pub fn unpack<'a>(
         };
         ids = rest;
         let id = EcoString::from(std::str::from_utf8(id).ok()?);
-        let size = Size::new(usize::from(p[0] / 10), usize::from(p[0] % 10)).ok()?;
-        let word = |at: usize| u32::from_le_bytes([p[at], p[at + 1], p[at + 2], p[at + 3]]);
-        let start = Board::from_packed(size, word(1))?;
-        let target = Board::from_packed(size, word(5))?;
-        Some((id, Puzzle::new(start, target).ok()?))
+        Some((id, unpack_puzzle(p)?))
     })
+}
+
+/// A puzzle in [`PUZZLE_BYTES`]: its size as `rows * 10 + cols`, then its
+/// start and target boards' cells as little-endian `u32`s.
+pub fn pack_puzzle(puzzle: &Puzzle) -> [u8; PUZZLE_BYTES] {
+    let size = puzzle.size();
+    let mut out = [0; PUZZLE_BYTES];
+    out[0] = (size.rows() * 10 + size.cols()) as u8;
+    out[1..5].copy_from_slice(&puzzle.start().packed().to_le_bytes());
+    out[5..].copy_from_slice(&puzzle.target().packed().to_le_bytes());
+    out
+}
+
+/// The puzzle [`pack_puzzle`] wrote, if `p` is one.
+pub fn unpack_puzzle(p: &[u8]) -> Option<Puzzle> {
+    let p: &[u8; PUZZLE_BYTES] = p.try_into().ok()?;
+    let size = Size::new(usize::from(p[0] / 10), usize::from(p[0] % 10)).ok()?;
+    let word = |at: usize| u32::from_le_bytes([p[at], p[at + 1], p[at + 2], p[at + 3]]);
+    let start = Board::from_packed(size, word(1))?;
+    let target = Board::from_packed(size, word(5))?;
+    Puzzle::new(start, target).ok()
 }
 
 fn put_len(out: &mut Vec<u8>, mut n: usize) {

@@ -23,7 +23,7 @@ use colball_proto::prost::Message;
 use colball_proto::{egress, v1};
 use rusqlite::{Connection, OptionalExtension, params};
 
-mod layout;
+pub(super) mod layout;
 mod schema;
 
 use layout::{index_of, job_keys, key};

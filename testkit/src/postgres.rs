@@ -1,0 +1,230 @@
+//! A throwaway PostgreSQL server for tests: `initdb` into a temporary
+//! directory, `postgres` on a free loopback port, stopped by its PID when
+//! dropped (and the directory removed).
+//!
+//! The server refuses to run as root: as root, it runs as the `postgres`
+//! user (Debian's package creates it). The binaries are found in
+//! `COLBALL_PG_BIN`, else `pg_config --bindir`, else the newest
+//! `/usr/lib/postgresql/*/bin`; `scripts/test` installs Debian's
+//! `postgresql` when none is there.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
+
+use crate::procs::{Proc, WAIT};
+
+/// A running server; its superuser is `colball` (trust authentication, on
+/// loopback only).
+#[derive(Debug)]
+pub struct TempPostgres {
+    /// `None` only while it is restarted.
+    proc: Option<Proc>,
+    bin: PathBuf,
+    dir: PathBuf,
+    owner: Option<(u32, u32)>,
+    pub port: u16,
+}
+
+const USER: &str = "colball";
+
+impl TempPostgres {
+    /// Creates and starts a server. Panics saying what is missing when
+    /// PostgreSQL is not installed.
+    pub fn start() -> TempPostgres {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let bin = bin_dir();
+        let owner = owner();
+        let dir = std::env::temp_dir().join(format!(
+            "colball-pg-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the server's directory");
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).expect("give it to postgres");
+        }
+        let status = as_owner(Command::new(bin.join("initdb")), owner)
+            .args(["--no-sync", "--auth=trust", "--encoding=UTF8", "--locale=C"])
+            .arg(format!("--username={USER}"))
+            .arg("-D")
+            .arg(dir.join("data"))
+            .stdout(Stdio::null())
+            .status()
+            .expect("run initdb");
+        assert!(status.success(), "initdb failed: {status}");
+        let mut pg = TempPostgres {
+            proc: None,
+            bin,
+            dir,
+            owner,
+            port: free_port(),
+        };
+        pg.run();
+        pg
+    }
+
+    /// Starts the server on its port and waits until it takes connections.
+    fn run(&mut self) {
+        let mut child = as_owner(Command::new(self.bin.join("postgres")), self.owner)
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-p", &self.port.to_string(), "-k"])
+            .arg(&self.dir)
+            .args(["-c", "listen_addresses=127.0.0.1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start postgres");
+        let stderr = child.stderr.take().expect("piped stderr");
+        self.proc = Some(Proc(child));
+        // Its log, read to the end (so it never blocks on a full pipe):
+        // the ready line is passed on, and if the log ends before it (the
+        // server exited), its last lines. (A FATAL line alone is no sign:
+        // clients refused during recovery get one each.)
+        let (ready, said) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut last = std::collections::VecDeque::new();
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("ready to accept connections") {
+                    let _ = ready.send(Ok(()));
+                }
+                last.push_back(line);
+                if last.len() > 5 {
+                    last.pop_front();
+                }
+            }
+            let _ = ready.send(Err(Vec::from(last).join("\n")));
+        });
+        match said.recv_timeout(WAIT) {
+            Ok(Ok(())) => {}
+            Ok(Err(log)) => panic!("postgres exited before it was ready:\n{log}"),
+            Err(_) => panic!("postgres did not start within {WAIT:?}"),
+        }
+    }
+
+    /// The server's PID.
+    pub fn pid(&self) -> u32 {
+        self.proc.as_ref().expect("running").pid()
+    }
+
+    /// A URL of database `db` as the superuser.
+    pub fn url(&self, db: &str) -> String {
+        format!("postgres://{USER}@127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// Creates database `db`; its URL.
+    pub fn database(&self, db: &str) -> String {
+        let status = Command::new(self.bin.join("createdb"))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                USER,
+                db,
+            ])
+            .status()
+            .expect("run createdb");
+        assert!(status.success(), "createdb {db}: {status}");
+        self.url(db)
+    }
+
+    /// Stops the server in immediate mode (SIGQUIT: no checkpoint, as a
+    /// crash) and starts it again on the same port and data.
+    pub fn restart_immediate(&mut self) {
+        if let Some(mut proc) = self.proc.take() {
+            proc.signal("QUIT");
+            proc.wait_exit();
+        }
+        self.run();
+    }
+}
+
+impl Drop for TempPostgres {
+    fn drop(&mut self) {
+        if let Some(proc) = self.proc.take() {
+            // Fast shutdown; the Proc's drop kills what is left.
+            proc.signal("INT");
+            let mut proc = proc;
+            proc.wait_exit();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Runs `command` as `owner` (uid, gid) when there is one.
+fn as_owner(mut command: Command, owner: Option<(u32, u32)>) -> Command {
+    if let Some((uid, gid)) = owner {
+        command.gid(gid).uid(uid);
+    }
+    command
+}
+
+/// As root: the `postgres` user's uid and gid; else none (run as self).
+fn owner() -> Option<(u32, u32)> {
+    let id = |flag: &str, user: Option<&str>| -> Option<u32> {
+        let out = Command::new("id").arg(flag).args(user).output().ok()?;
+        String::from_utf8(out.stdout).ok()?.trim().parse().ok()
+    };
+    if id("-u", None) != Some(0) {
+        return None;
+    }
+    let uid = id("-u", Some("postgres")).expect(
+        "running as root, the tests run PostgreSQL as the `postgres` user, which does not exist: \
+         install Debian's postgresql (scripts/test does)",
+    );
+    let gid = id("-g", Some("postgres")).expect("the postgres user's group");
+    Some((uid, gid))
+}
+
+/// Where `initdb` and `postgres` are.
+fn bin_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("COLBALL_PG_BIN") {
+        return dir.into();
+    }
+    if let Ok(out) = Command::new("pg_config").arg("--bindir").output()
+        && out.status.success()
+    {
+        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if dir.join("initdb").exists() {
+            return dir;
+        }
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin"))
+        .filter(|bin| bin.join("initdb").exists())
+        .collect();
+    found.sort_by_key(|p| version(p));
+    found.pop().unwrap_or_else(|| {
+        panic!(
+            "PostgreSQL is not installed (no initdb in COLBALL_PG_BIN, pg_config --bindir or \
+             /usr/lib/postgresql/*/bin): scripts/test installs Debian's postgresql"
+        )
+    })
+}
+
+/// The major version of `/usr/lib/postgresql/N/bin`.
+fn version(bin: &Path) -> u32 {
+    bin.parent()
+        .and_then(Path::file_name)
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A loopback port nothing listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
