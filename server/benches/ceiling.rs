@@ -27,7 +27,10 @@
 //! does instead: each client's share as one durable job, followed in input
 //! order (`colball_client::jobs::solve_in_order`), the coordinator's store
 //! on disk (`--data-dir`); `VIA=batch,job` measures both, side by side in
-//! one sitting.
+//! one sitting. `VIA=pgjob` runs the jobs on PostgreSQL instead (`--store`,
+//! a throwaway server on loopback with `pg_stat_statements`), and prints
+//! the database's cost too: statements, rows and transactions per puzzle,
+//! and the server's CPU per puzzle (the postmaster and its backends).
 //!
 //! `AGAINST=PATH` compares this build with another, side by side: for
 //! each session count, `ROUNDS` (default 5) rounds that each run both
@@ -227,6 +230,8 @@ enum Via {
     /// One durable job per client, followed in input order, as `colball
     /// solve --connect` does; the store on disk.
     Job,
+    /// The same, the store on PostgreSQL.
+    PgJob,
 }
 
 /// One run: a coordinator of `bin` with `n` sessions; `puzzles` sent by
@@ -248,6 +253,10 @@ async fn measure(
     if via == Via::Job {
         args.extend(["--data-dir", dir.to_str().unwrap()]);
     }
+    let pg = (via == Via::PgJob).then(Database::start);
+    if let Some(pg) = &pg {
+        args.extend(["--store", &pg.url]);
+    }
     let c = coordinator_of(bin, &args);
     let stop = tokio_util::sync::CancellationToken::new();
     sessions(&c.url, n, answers, false, &stop).await;
@@ -256,15 +265,124 @@ async fn measure(
     let warm = Arc::new(puzzles[..count.min(20_000)].to_vec());
     send_all(&c.url, &warm, 1, via).await;
     let pid = c.proc.pid();
+    let before = match &pg {
+        Some(pg) => Some(pg.costs().await),
+        None => None,
+    };
     let cpu = cpu_seconds(pid);
     let began = Instant::now();
     send_all(&c.url, puzzles, clients, via).await;
     let wall = began.elapsed().as_secs_f64();
     let cpu = cpu_seconds(pid) - cpu;
+    if let (Some(pg), Some(before)) = (&pg, before) {
+        let after = pg.costs().await;
+        let per = |a: f64, b: f64| (a - b) / count as f64;
+        println!(
+            "  database: {:.3} statements, {:.2} rows, {:.4} transactions and {:.2} us of the server's CPU a puzzle",
+            per(after.statements, before.statements),
+            per(after.rows, before.rows),
+            per(after.transactions, before.transactions),
+            1e6 * per(after.cpu, before.cpu),
+        );
+    }
     stop.cancel();
     drop(c);
     let _ = std::fs::remove_dir_all(&dir);
     (count as f64 / wall, 1e6 * cpu / count as f64)
+}
+
+/// A throwaway PostgreSQL server for `VIA=pgjob`, with
+/// `pg_stat_statements`.
+struct Database {
+    server: colball_testkit::postgres::TempPostgres,
+    url: String,
+}
+
+/// What the database has done so far.
+struct Costs {
+    statements: f64,
+    rows: f64,
+    transactions: f64,
+    /// CPU seconds of the postmaster and its backends.
+    cpu: f64,
+}
+
+impl Database {
+    fn start() -> Database {
+        let server = colball_testkit::postgres::TempPostgres::start_with(&[
+            "shared_preload_libraries=pg_stat_statements",
+        ]);
+        let url = server.database("bench");
+        Database { server, url }
+    }
+
+    async fn costs(&self) -> Costs {
+        let (client, connection) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+            .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            .await
+            .unwrap();
+        // The coordinator's statements only (not these).
+        let row = client
+            .query_one(
+                "SELECT coalesce(sum(calls), 0)::float8, coalesce(sum(rows), 0)::float8 \
+                 FROM pg_stat_statements WHERE query LIKE '%colball_%' AND query NOT LIKE '%pg_stat%'",
+                &[],
+            )
+            .await
+            .unwrap();
+        let transactions: i64 = client
+            .query_one(
+                "SELECT xact_commit FROM pg_stat_database WHERE datname = 'bench'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        Costs {
+            statements: row.get(0),
+            rows: row.get(1),
+            transactions: transactions as f64,
+            cpu: tree_cpu_seconds(self.server.pid()),
+        }
+    }
+}
+
+/// CPU seconds of process `pid`, its reaped children and its live ones
+/// (the postmaster, the backends that ended, and those running).
+fn tree_cpu_seconds(pid: u32) -> f64 {
+    let fields = |path: &std::path::Path| -> Option<Vec<String>> {
+        let stat = std::fs::read_to_string(path).ok()?;
+        Some(
+            stat.rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .map(str::to_string)
+                .collect(),
+        )
+    };
+    let ticks = |f: &[String], at: std::ops::Range<usize>| -> f64 {
+        f[at].iter().map(|v| v.parse::<f64>().unwrap_or(0.0)).sum()
+    };
+    let hz = common::clock_ticks();
+    // After ')': state, ppid, ..., utime (11), stime, cutime, cstime (14).
+    let own = fields(
+        &std::path::Path::new("/proc")
+            .join(pid.to_string())
+            .join("stat"),
+    )
+    .map_or(0.0, |f| ticks(&f, 11..15));
+    let children: f64 = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| fields(&e.path().join("stat")))
+        .filter(|f| f.get(1).is_some_and(|p| *p == pid.to_string()))
+        .map(|f| ticks(&f, 11..13))
+        .sum();
+    (own + children) / hz
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -343,7 +461,7 @@ async fn send_all(url: &str, puzzles: &Arc<Vec<(String, Puzzle)>>, clients: usiz
                 n
             }),
             // (It runs its own runtime, as the command does.)
-            Via::Job => tokio::task::spawn_blocking(move || {
+            Via::Job | Via::PgJob => tokio::task::spawn_blocking(move || {
                 let mut n = 0;
                 let run = JobRun::default();
                 let mut notice = |_: &str| {};
@@ -373,6 +491,7 @@ async fn main() {
         .split(',')
         .map(|v| match v.trim() {
             "job" => Via::Job,
+            "pgjob" => Via::PgJob,
             _ => Via::Batch,
         })
         .collect();

@@ -26,6 +26,8 @@ pub struct TempPostgres {
     bin: PathBuf,
     dir: PathBuf,
     owner: Option<(u32, u32)>,
+    /// Server settings (`-c NAME=VALUE`) beyond the defaults.
+    settings: Vec<String>,
     pub port: u16,
 }
 
@@ -35,6 +37,12 @@ impl TempPostgres {
     /// Creates and starts a server. Panics saying what is missing when
     /// PostgreSQL is not installed.
     pub fn start() -> TempPostgres {
+        TempPostgres::start_with(&[])
+    }
+
+    /// [`Self::start`] with server settings (`NAME=VALUE`, as `-c` takes
+    /// them), for example `shared_preload_libraries=pg_stat_statements`.
+    pub fn start_with(settings: &[&str]) -> TempPostgres {
         static N: AtomicU32 = AtomicU32::new(0);
         let bin = bin_dir();
         let owner = owner();
@@ -62,6 +70,7 @@ impl TempPostgres {
             bin,
             dir,
             owner,
+            settings: settings.iter().map(|s| s.to_string()).collect(),
             port: free_port(),
         };
         pg.run();
@@ -76,6 +85,7 @@ impl TempPostgres {
             .args(["-p", &self.port.to_string(), "-k"])
             .arg(&self.dir)
             .args(["-c", "listen_addresses=127.0.0.1"])
+            .args(self.settings.iter().flat_map(|s| ["-c", s.as_str()]))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -83,7 +83,7 @@ pub fn server_bin(built: &str) -> std::path::PathBuf {
 }
 
 #[allow(dead_code)]
-fn clock_ticks() -> f64 {
+pub fn clock_ticks() -> f64 {
     let out = std::process::Command::new("getconf")
         .arg("CLK_TCK")
         .output()
