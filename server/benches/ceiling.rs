@@ -354,35 +354,16 @@ impl Database {
 /// CPU seconds of process `pid`, its reaped children and its live ones
 /// (the postmaster, the backends that ended, and those running).
 fn tree_cpu_seconds(pid: u32) -> f64 {
-    let fields = |path: &std::path::Path| -> Option<Vec<String>> {
-        let stat = std::fs::read_to_string(path).ok()?;
-        Some(
-            stat.rsplit_once(')')?
-                .1
-                .split_whitespace()
-                .map(str::to_string)
-                .collect(),
-        )
-    };
-    let ticks = |f: &[String], at: std::ops::Range<usize>| -> f64 {
-        f[at].iter().map(|v| v.parse::<f64>().unwrap_or(0.0)).sum()
-    };
-    let hz = common::clock_ticks();
-    // After ')': state, ppid, ..., utime (11), stime, cutime, cstime (14).
-    let own = fields(
-        &std::path::Path::new("/proc")
-            .join(pid.to_string())
-            .join("stat"),
-    )
-    .map_or(0.0, |f| ticks(&f, 11..15));
+    let own =
+        common::stat_fields(format!("/proc/{pid}/stat")).map_or(0.0, |f| common::ticks(&f, 11..15));
     let children: f64 = std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
-        .filter_map(|e| fields(&e.path().join("stat")))
+        .filter_map(|e| common::stat_fields(e.path().join("stat")))
         .filter(|f| f.get(1).is_some_and(|p| *p == pid.to_string()))
-        .map(|f| ticks(&f, 11..13))
+        .map(|f| common::ticks(&f, 11..13))
         .sum();
-    (own + children) / hz
+    (own + children) / common::clock_ticks()
 }
 
 fn median(mut values: Vec<f64>) -> f64 {

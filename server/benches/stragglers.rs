@@ -61,14 +61,21 @@ async fn solve(url: &str, puzzles: &[(String, Puzzle)]) -> Duration {
     began.elapsed()
 }
 
-/// The batch on `healthy` one-thread workers alone.
-async fn healthy_alone(b: &Bench, puzzles: &[(String, Puzzle)], healthy: usize) -> Duration {
-    let c = b.coordinator(true);
+/// The batch on `healthy` one-thread workers alone: its time, and the
+/// backups it started.
+async fn on_healthy(
+    b: &Bench,
+    puzzles: &[(String, Puzzle)],
+    healthy: usize,
+    backups: bool,
+) -> (Duration, u64) {
+    let c = b.coordinator(backups);
     let _w: Vec<Proc> = (0..healthy)
         .map(|i| b.worker(&c.url, &format!("h{i}"), 1))
         .collect();
     wait_metric(&c.http, "workers", |n| n == healthy as u64).await;
-    solve(&c.url, puzzles).await
+    let took = solve(&c.url, puzzles).await;
+    (took, metric(&c.http, "backups_started_total"))
 }
 
 async fn with_hung(b: &Bench, puzzles: &[(String, Puzzle)], backups: bool) -> Duration {
@@ -98,16 +105,6 @@ async fn with_stopped(b: &Bench, puzzles: &[(String, Puzzle)], backups: bool) ->
         Duration::from_millis(100),
     );
     solve(&c.url, puzzles).await
-}
-
-/// Seconds and the backups started, on two healthy workers.
-async fn healthy(b: &Bench, puzzles: &[(String, Puzzle)], backups: bool) -> (Duration, u64) {
-    let c = b.coordinator(backups);
-    let _a = b.worker(&c.url, "h0", 1);
-    let _b = b.worker(&c.url, "h1", 1);
-    wait_metric(&c.http, "workers", |n| n == 2).await;
-    let took = solve(&c.url, puzzles).await;
-    (took, metric(&c.http, "backups_started_total"))
 }
 
 fn ratio(a: Duration, b: Duration) -> f64 {
@@ -144,7 +141,7 @@ async fn main() {
     for round in 0..env("ROUNDS", 1) {
         let seed = 3200 + round as u64;
         let puzzles = batch(seed, four, env("COUNT_HUNG", 300));
-        let alone = healthy_alone(&b, &puzzles, 1).await;
+        let (alone, _) = on_healthy(&b, &puzzles, 1, true).await;
         let on = with_hung(&b, &puzzles, true).await;
         let off = with_hung(&b, &puzzles, false).await;
         report(
@@ -156,7 +153,7 @@ async fn main() {
         );
 
         let puzzles = batch(seed, four, env("COUNT_STOPPED", 2000));
-        let alone = healthy_alone(&b, &puzzles, 2).await;
+        let (alone, _) = on_healthy(&b, &puzzles, 2, true).await;
         let on = with_stopped(&b, &puzzles, true).await;
         let off = with_stopped(&b, &puzzles, false).await;
         report(
@@ -171,11 +168,11 @@ async fn main() {
         // Which goes first alternates by round, so that a machine getting
         // busier or quieter does not favour one.
         let ((on, started), (off, _)) = if round % 2 == 0 {
-            let on = healthy(&b, &puzzles, true).await;
-            (on, healthy(&b, &puzzles, false).await)
+            let on = on_healthy(&b, &puzzles, 2, true).await;
+            (on, on_healthy(&b, &puzzles, 2, false).await)
         } else {
-            let off = healthy(&b, &puzzles, false).await;
-            (healthy(&b, &puzzles, true).await, off)
+            let off = on_healthy(&b, &puzzles, 2, false).await;
+            (on_healthy(&b, &puzzles, 2, true).await, off)
         };
         let rate = |d: Duration| puzzles.len() as f64 / d.as_secs_f64();
         println!(

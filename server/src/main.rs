@@ -113,8 +113,8 @@ struct CoordinatorArgs {
     data_dir: Option<PathBuf>,
     /// Keep durable jobs in PostgreSQL instead:
     /// postgres://USER[:PASSWORD]@HOST:PORT/DB (the password, if not in
-    /// the URL, from PGPASSWORD). Several coordinators may share one
-    /// database. Never logged.
+    /// the URL, from PGPASSWORD). Never logged. One coordinator per
+    /// database for now.
     #[arg(
         long,
         value_name = "URL",
@@ -182,6 +182,8 @@ struct CoordinatorArgs {
     /// never seen are left to --task-timeout-secs.
     #[arg(long, default_value_t = defaults().speculation.stuck_after)]
     stuck_after: f64,
+    /// The least time a worker must answer nothing before it is stuck
+    /// (see --stuck-after), in seconds.
     #[arg(long, default_value_t = defaults().speculation.stuck_min.as_secs_f64())]
     stuck_min_secs: f64,
     /// Require this token from workers (`colball-server worker --token`);

@@ -131,10 +131,7 @@ impl State {
                 self.requeue(task_id, true, effects);
             }
             task_result::Outcome::Solved(s) => match check_solved(&task.puzzle, s) {
-                Ok(s) => {
-                    self.drop_backup(task_id, effects);
-                    self.solved(worker, task_id, s, since, now, effects);
-                }
+                Ok(s) => self.solved(worker, task_id, s, since, now, effects),
                 Err(rejection) => {
                     let rejected = Rejected {
                         reason: RejectReason::Replay(rejection),
@@ -158,7 +155,7 @@ impl State {
         now: Instant,
         effects: &mut Effects,
     ) {
-        let Some(task) = self.take(task_id) else {
+        let Some(task) = self.take(task_id, effects) else {
             return;
         };
         let name = match self.workers.get_mut(&worker) {

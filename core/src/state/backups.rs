@@ -214,27 +214,18 @@ impl State {
             Ok(checked) => {
                 self.backups.remove(&task_id);
                 self.counters.backups_won += 1;
-                let primary = primary.get();
-                self.release(primary, task_id);
-                effects.push(Effect::Cancel {
-                    worker: primary,
-                    tasks: vec![task_id],
-                });
+                self.withdraw(primary.get(), task_id, effects);
                 self.solved(worker, task_id, checked, since, now, effects);
             }
         }
     }
 
     /// The task is done (or no longer wanted): its backup copy, if any,
-    /// is cancelled.
+    /// is cancelled ([`State::take`] calls this).
     pub(super) fn drop_backup(&mut self, task: u64, effects: &mut Effects) {
         if let Some(worker) = self.backups.remove(&task) {
             self.counters.backups_wasted += 1;
-            self.release(worker.get(), task);
-            effects.push(Effect::Cancel {
-                worker: worker.get(),
-                tasks: vec![task],
-            });
+            self.withdraw(worker.get(), task, effects);
         }
     }
 

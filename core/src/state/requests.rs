@@ -181,8 +181,9 @@ impl State {
                 }
                 continue;
             }
-            self.drop_backup(id, &mut effects);
-            let Some(task) = self.take(id) else { continue };
+            let Some(task) = self.take(id, &mut effects) else {
+                continue;
+            };
             self.counters.cancelled += 1;
             if let TaskState::Assigned { worker } = task.state {
                 self.release(worker.get(), id);
@@ -232,15 +233,9 @@ impl State {
         r.phase = Phase::Failed;
         let (queued, running) = self.close_tasks(id, leads);
         for t in queued.into_iter().chain(running) {
-            self.drop_backup(t, effects);
-            if let Some(task) = self.take(t) {
+            if let Some(task) = self.take(t, effects) {
                 if let TaskState::Assigned { worker } = task.state {
-                    let worker = worker.get();
-                    self.release(worker, t);
-                    effects.push(Effect::Cancel {
-                        worker,
-                        tasks: vec![t],
-                    });
+                    self.withdraw(worker.get(), t, effects);
                 }
                 // Followers in other requests lose their leader: they fail
                 // with it (their requests have no worker either).
@@ -301,9 +296,21 @@ impl State {
         (queued, running)
     }
 
-    /// Removes a task that is done (or no longer wanted).
-    pub(super) fn take(&mut self, id: u64) -> Option<Task> {
+    /// Removes a task that is done (or no longer wanted), and cancels its
+    /// backup copy if it has one.
+    pub(super) fn take(&mut self, id: u64, effects: &mut Effects) -> Option<Task> {
+        self.drop_backup(id, effects);
         self.tasks.remove(id)
+    }
+
+    /// Tells `worker` its copy of `task` is no longer wanted (the slot stays
+    /// taken until it reports, see [`Self::release`]).
+    pub(super) fn withdraw(&mut self, worker: u64, task: u64, effects: &mut Effects) {
+        self.release(worker, task);
+        effects.push(Effect::Cancel {
+            worker,
+            tasks: vec![task],
+        });
     }
 
     /// Marks a task a worker holds as no longer wanted: its slot stays

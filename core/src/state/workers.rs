@@ -228,7 +228,7 @@ impl State {
         task.state = TaskState::Queued;
         if u32::from(task.attempts) >= max {
             let attempts = task.attempts;
-            if let Some(task) = self.take(id) {
+            if let Some(task) = self.take(id, effects) {
                 self.counters.failed += 1;
                 self.fail(task, effects, |id| {
                     format!(

@@ -60,18 +60,28 @@ pub fn thread_cpu_seconds() -> f64 {
 /// thread or process that has gone).
 #[allow(dead_code)]
 pub fn stat_cpu_seconds(path: impl AsRef<std::path::Path>) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(path) else {
-        return 0.0;
-    };
-    // The fields after the command name (which is in parentheses).
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    ticks / clock_ticks()
+    stat_fields(path).map_or(0.0, |f| ticks(&f, 11..13) / clock_ticks())
+}
+
+/// The fields of a `/proc` stat file after the command name (which is in
+/// parentheses): state (0), ppid (1), ..., utime (11), stime, cutime,
+/// cstime (14); `None` for a thread or process that has gone.
+#[allow(dead_code)]
+pub fn stat_fields(path: impl AsRef<std::path::Path>) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    Some(
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
+/// The sum of stat fields `at` (clock ticks).
+#[allow(dead_code)]
+pub fn ticks(fields: &[String], at: std::ops::Range<usize>) -> f64 {
+    fields[at].iter().map(|v| v.parse::<f64>().unwrap()).sum()
 }
 
 /// The colball-server binary to measure: `built` (this build's), or the

@@ -362,8 +362,9 @@ fn decode(bytes: &[u8]) -> Option<egress::PuzzleResult> {
     egress::PuzzleResult::decode(bytes).ok()
 }
 
-/// Stores `results` of job `job` (its row locked by the caller) unless
-/// stored already: the first of each index wins. Whether each was new.
+/// Stores `results` of job `job` unless stored already, the job's row
+/// locked first (so concurrent writers take turns): the first of each
+/// index wins. Whether each was new; none is for a job no longer stored.
 async fn put_locked(
     tx: &deadpool_postgres::Transaction<'_>,
     job: i64,
@@ -473,6 +474,8 @@ impl JobStore for PostgresStore {
         let mut ids = Vec::with_capacity(n);
         let mut puzzles: Vec<Option<Vec<u8>>> = Vec::with_capacity(n);
         let mut invalid = Vec::new();
+        // The puzzles' bytes; the error results' are counted where they
+        // are stored (`put_locked`).
         let mut bytes = 0i64;
         for (i, entry) in entries.iter().enumerate() {
             let index = first + i as u64;
@@ -487,12 +490,18 @@ impl JobStore for PostgresStore {
                 Entry::Invalid(r) => {
                     ids.push("");
                     puzzles.push(None);
-                    let encoded = v1::PuzzleResult { index, ..r.clone() }.encode_to_vec();
-                    bytes += encoded.len() as i64 + ROW_BYTES;
-                    invalid.push((index, encoded));
+                    invalid.push((
+                        index,
+                        v1::PuzzleResult { index, ..r.clone() }.encode_to_vec(),
+                    ));
                 }
             }
         }
+        let errors: Vec<(u64, bool, &[u8])> = invalid
+            .iter()
+            .map(|(i, e)| (*i, true, e.as_slice()))
+            .collect();
+        let error_bytes: i64 = errors.iter().map(|e| e.2.len() as i64 + ROW_BYTES).sum();
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(backend)?;
         if tx
@@ -506,7 +515,7 @@ impl JobStore for PostgresStore {
         {
             return Err(StoreError::NoSuchJob(job));
         }
-        self.room(&tx, bytes).await?;
+        self.room(&tx, bytes + error_bytes).await?;
         tx.execute(
             "INSERT INTO colball_puzzles (job, idx, id, puzzle) \
              SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::bytea[])",
@@ -514,19 +523,12 @@ impl JobStore for PostgresStore {
         )
         .await
         .map_err(backend)?;
-        let errors: Vec<(u64, bool, &[u8])> = invalid
-            .iter()
-            .map(|(i, e)| (*i, true, e.as_slice()))
-            .collect();
-        put_locked(&tx, job, &errors).await?;
-        let puzzle_bytes = bytes
-            - errors
-                .iter()
-                .map(|e| e.2.len() as i64 + ROW_BYTES)
-                .sum::<i64>();
+        if !errors.is_empty() {
+            put_locked(&tx, job, &errors).await?;
+        }
         tx.execute(
             "UPDATE colball_jobs SET puzzles = greatest(puzzles, $2), bytes = bytes + $3 WHERE seq = $1",
-            &[&job, &((first + n as u64) as i64), &puzzle_bytes],
+            &[&job, &((first + n as u64) as i64), &bytes],
         )
         .await
         .map_err(backend)?;
