@@ -113,8 +113,9 @@ struct CoordinatorArgs {
     data_dir: Option<PathBuf>,
     /// Keep durable jobs in PostgreSQL instead:
     /// postgres://USER[:PASSWORD]@HOST:PORT/DB (the password, if not in
-    /// the URL, from PGPASSWORD). Never logged. One coordinator per
-    /// database for now.
+    /// the URL, from PGPASSWORD). Never logged. Any number of
+    /// coordinators may share the database: each runs every job's
+    /// windows it claims, and serves every job.
     #[arg(
         long,
         value_name = "URL",
@@ -130,6 +131,12 @@ struct CoordinatorArgs {
     /// they finished.
     #[arg(long, default_value_t = defaults().job_retention.as_secs_f64() / 3600.0)]
     job_retention_hours: f64,
+    /// With --store, shared by several coordinators: how long a
+    /// coordinator's claim on a window of a job's puzzles lasts unless it
+    /// renews it (it does every second while it lives). When a coordinator
+    /// dies, the others take its windows over once this runs out.
+    #[arg(long, default_value_t = defaults().job_lease.as_secs_f64())]
+    job_lease_secs: f64,
     /// Refuse new jobs (RESOURCE_EXHAUSTED) once the job store's data
     /// takes this many MiB; the database may not grow past twice this, and
     /// a job whose results do not fit fails, saying so (default: no
@@ -235,7 +242,9 @@ struct WorkerSecurity {
 
 #[derive(Args, Debug)]
 struct WorkerArgs {
-    /// The coordinator's URL. Connection failures are retried with backoff.
+    /// The coordinator's URL, or several, comma-separated (coordinators
+    /// sharing one --store): when its session breaks the worker dials the
+    /// next. Connection failures are retried with backoff.
     #[arg(
         long,
         default_value = "http://127.0.0.1:50051",
@@ -366,6 +375,7 @@ impl TryFrom<&CoordinatorArgs> for coordinator::Config {
                 .transpose()?,
             max_job_puzzles: args.max_job_puzzles,
             job_retention: secs("--job-retention-hours", args.job_retention_hours * 3600.0)?,
+            job_lease: secs("--job-lease-secs", args.job_lease_secs)?,
             max_store_bytes: args.max_store_mib.map(|m| m.saturating_mul(1 << 20)),
             client_token: Secret::from_sources(
                 args.client_token.as_deref(),

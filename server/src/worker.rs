@@ -35,7 +35,8 @@ use tonic::{Code, Status};
 /// Worker settings. `Config::new(url)` gives defaults that suit one machine.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// The coordinator's URL, e.g. `http://127.0.0.1:50051`.
+    /// The coordinator's URL, e.g. `http://127.0.0.1:50051`; or several,
+    /// comma-separated, tried in turn (see [`urls`]).
     pub coordinator: String,
     /// Solver threads; also the slots the worker registers with.
     pub threads: usize,
@@ -352,18 +353,41 @@ fn solve_guarded(
     }
 }
 
-/// Runs the worker until `shutdown` (then drains) or a refusal.
-pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), WorkerError> {
-    config.validate()?;
-    // Not http:// or https://: final, before anything is dialled.
-    colball_proto::tls::check_url(&config.coordinator)?;
-    let endpoint =
-        Endpoint::from_shared(config.coordinator.clone()).map_err(|e| WorkerError::BadUrl {
-            url: config.coordinator.clone(),
+/// The coordinators' URLs in `list` (comma-separated, blanks around
+/// each ignored), each checked: a scheme that is not `http://` or
+/// `https://`, a URL that does not parse or a TLS setting that cannot work
+/// is final, before anything is dialled.
+pub fn urls(list: &str, tls: Option<&ClientTlsConfig>) -> Result<Vec<String>, WorkerError> {
+    let urls: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(String::from)
+        .collect();
+    if urls.is_empty() {
+        return Err(WorkerError::BadUrl {
+            url: list.to_string(),
+            reason: "no coordinator URL".into(),
+        });
+    }
+    for url in &urls {
+        colball_proto::tls::check_url(url)?;
+        let endpoint = Endpoint::from_shared(url.clone()).map_err(|e| WorkerError::BadUrl {
+            url: url.clone(),
             reason: e.to_string(),
         })?;
-    // A TLS setting that cannot work is final, like a bad URL.
-    colball_proto::tls::secure(endpoint, &config.coordinator, config.tls.as_ref(), None)?;
+        colball_proto::tls::secure(endpoint, url, tls, None)?;
+    }
+    Ok(urls)
+}
+
+/// Runs the worker until `shutdown` (then drains) or a refusal. With
+/// several coordinators, a broken session is followed by one with the
+/// next (the first try at once; backoff once each was tried).
+pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), WorkerError> {
+    config.validate()?;
+    let urls = urls(&config.coordinator, config.tls.as_ref())?;
+    let mut at = 0;
     let threads = config.threads;
     let (done_tx, mut done_rx) = mpsc::channel(threads * 4 + 16);
     let pool = Pool::start(&config, threads, done_tx);
@@ -377,7 +401,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Work
         pool.session.store(session_id, Ordering::Release);
         pool.cancelled().clear();
         let began = Instant::now();
-        match session(&config, &pool, &mut done_rx, session_id, &shutdown).await {
+        let url = &urls[at];
+        match session(&config, url, &pool, &mut done_rx, session_id, &shutdown).await {
             SessionEnd::Drained => return Ok(()),
             SessionEnd::Refused(status) => {
                 tracing::error!(message = status.message(), "refused by the coordinator");
@@ -386,6 +411,14 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Work
             SessionEnd::Retry(reason) => {
                 if began.elapsed() > Duration::from_secs(10) {
                     backoff = config.backoff_initial; // it worked for a while
+                }
+                at = (at + 1) % urls.len();
+                if at != 0 || urls.len() == 1 {
+                    tracing::warn!(%reason, coordinator = %url, next = %urls[at], "no session with the coordinator");
+                }
+                if at != 0 {
+                    // The next coordinator at once.
+                    continue;
                 }
                 tracing::warn!(%reason, retry_in = ?backoff, "no session with the coordinator");
                 tokio::select! {
@@ -400,12 +433,13 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Work
 
 async fn session(
     config: &Config,
+    url: &str,
     pool: &Pool,
     done_rx: &mut mpsc::Receiver<Vec<Done>>,
     session_id: u64,
     shutdown: &CancellationToken,
 ) -> SessionEnd {
-    let endpoint = match Endpoint::from_shared(config.coordinator.clone()).map(|e| {
+    let endpoint = match Endpoint::from_shared(url.to_string()).map(|e| {
         let e = e
             .connect_timeout(config.connect_timeout)
             // tonic's default, stated: small results must not wait for a
@@ -414,7 +448,7 @@ async fn session(
             .http2_keep_alive_interval(Duration::from_secs(10))
             .keep_alive_timeout(Duration::from_secs(20))
             .keep_alive_while_idle(true);
-        colball_proto::tls::secure(e, &config.coordinator, config.tls.as_ref(), None)
+        colball_proto::tls::secure(e, url, config.tls.as_ref(), None)
     }) {
         Ok(Ok(e)) => e,
         Ok(Err(e)) => return SessionEnd::Retry(e.to_string()),
@@ -425,7 +459,7 @@ async fn session(
             Ok(c) => c,
             Err(e) => return SessionEnd::Retry(format!(
                 "cannot connect to {}: {}",
-                config.coordinator,
+                url,
                 colball_proto::tls::error_chain(&e)
             )),
         },
@@ -461,7 +495,7 @@ async fn session(
             }
             Err(s) => return SessionEnd::Retry(format!("session refused: {s}")),
         };
-    tracing::info!(coordinator = %config.coordinator, slots = threads, "registered");
+    tracing::info!(coordinator = %url, slots = threads, "registered");
 
     let mut held: HashSet<u64> = HashSet::new();
     // Until the coordinator says how many tasks it will send at most.

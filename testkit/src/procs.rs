@@ -362,6 +362,22 @@ impl Drop for Durable {
     }
 }
 
+/// Waits until `received` reaches `moment` (within a minute), then prints
+/// that kill `kill` comes now: for tests that kill a process when a run
+/// of results is that far.
+pub async fn wait_to_kill(received: &std::sync::atomic::AtomicUsize, moment: u64, kill: usize) {
+    use std::sync::atomic::Ordering;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (received.load(Ordering::Relaxed) as u64) < moment {
+        assert!(Instant::now() < deadline, "no progress before kill {kill}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    println!(
+        "kill {kill} at {} results",
+        received.load(Ordering::Relaxed)
+    );
+}
+
 /// `count` random moments in `1..below` (sorted), from a seed printed for
 /// a rerun.
 pub fn random_moments(count: usize, below: u64) -> Vec<u64> {

@@ -79,6 +79,10 @@ pub struct Config {
     pub max_job_puzzles: usize,
     /// Finished jobs are deleted this long after they finished.
     pub job_retention: Duration,
+    /// On a store several coordinators share: how long a claim on a
+    /// job's window lasts unless its coordinator renews it (every second
+    /// while it lives); another takes the window over once it runs out.
+    pub job_lease: Duration,
     /// Most bytes the job store may take before `Submit` is refused
     /// (`None`: no limit).
     pub max_store_bytes: Option<u64>,
@@ -113,6 +117,7 @@ impl Default for Config {
             store_url: None,
             max_job_puzzles: 10_000_000,
             job_retention: Duration::from_secs(168 * 3600),
+            job_lease: Duration::from_secs(10),
             max_store_bytes: None,
         }
     }
@@ -250,6 +255,16 @@ impl Config {
                 "speculation.stuck_after",
                 "--stuck-after",
                 format!("must be between 1 and 100000, not {}", sp.stuck_after),
+            );
+        }
+        if !(Duration::from_secs(2)..=Duration::from_secs(3600)).contains(&self.job_lease) {
+            return bad(
+                "job_lease",
+                "--job-lease-secs",
+                format!(
+                    "must be 2 to 3600 seconds (it is renewed every second), not {}",
+                    self.job_lease.as_secs_f64()
+                ),
             );
         }
         if sp.stuck_min.is_zero() {

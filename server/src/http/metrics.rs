@@ -31,6 +31,7 @@ use prometheus_client::registry::Registry;
 use super::process;
 use crate::coordinator::Shared;
 use crate::coordinator::traffic::{Labels, TrafficMetrics, label};
+use crate::jobs::Jobs;
 use colball_core::Priority;
 use colball_core::{REJECT_LABELS, WorkerView};
 
@@ -91,8 +92,9 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// The registry of a coordinator's metrics.
-    pub fn new(shared: Arc<Shared>) -> Metrics {
+    /// The registry of a coordinator's metrics: its scheduler's, and its
+    /// jobs' when it has them.
+    pub fn new(shared: Arc<Shared>, jobs: Option<Arc<Jobs>>) -> Metrics {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(ProcessCollector));
         let colball = registry.sub_registry_with_prefix("colball");
@@ -107,6 +109,9 @@ impl Metrics {
         );
         let traffic = shared.events().metrics();
         colball.register_collector(Box::new(StateCollector { shared, traffic }));
+        if let Some(jobs) = jobs {
+            colball.register_collector(Box::new(JobsCollector(jobs)));
+        }
         Metrics { registry }
     }
 
@@ -444,6 +449,45 @@ impl Collector for StateCollector {
     }
 }
 
+/// The jobs' figures: the store's leader, and the windows shared with
+/// other coordinators.
+#[derive(Debug)]
+struct JobsCollector(Arc<Jobs>);
+
+impl Collector for JobsCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let jobs = &self.0;
+        let mut out = Out(&mut encoder);
+        out.gauge(
+            "store_leader",
+            "1 while this coordinator leads the job store's maintenance (retention, windows whose lease ran out); always 1 on a store of its own",
+            u64::from(jobs.leading()),
+        )?;
+        let s = &jobs.sharing;
+        let read = |n: &std::sync::atomic::AtomicU64| n.load(std::sync::atomic::Ordering::Relaxed);
+        out.counter(
+            "job_windows_claimed",
+            "Windows of jobs' puzzles this coordinator claimed on a shared store",
+            read(&s.windows_claimed),
+        )?;
+        out.counter(
+            "job_windows_taken_over",
+            "Windows claimed from another coordinator whose lease had run out",
+            read(&s.windows_taken_over),
+        )?;
+        out.counter(
+            "job_windows_rescued",
+            "Windows whose lease ran out let go by this coordinator as the store's leader",
+            read(&s.windows_rescued),
+        )?;
+        out.counter(
+            "job_uploads_rescued",
+            "Jobs whose upload was abandoned (its coordinator died) deleted by this coordinator as the store's leader",
+            read(&s.uploads_rescued),
+        )
+    }
+}
+
 /// Rewrites OpenMetrics text as Prometheus text 0.0.4: a counter's `HELP`
 /// and `TYPE` name its samples (`x_total`) rather than its family (`x`),
 /// `unknown` is `untyped`, and there is no `UNIT` line nor `# EOF`.
@@ -524,7 +568,7 @@ mod tests {
             tokio_util::sync::CancellationToken::new(),
         )
         .unwrap();
-        let metrics = Metrics::new(shared.clone());
+        let metrics = Metrics::new(shared.clone(), None);
         let result = |strategy: &str, cached| {
             Kind::Result(v1::ResultEvent {
                 batch: 1,

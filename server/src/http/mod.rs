@@ -78,7 +78,7 @@ fn router(app: App, shutdown: CancellationToken) -> Router {
     let jobs = jobs::router(app.clone());
     let shared = app.scheduler;
     let app = Endpoint {
-        metrics: Arc::new(Metrics::new(shared.clone())),
+        metrics: Arc::new(Metrics::new(shared.clone(), Some(app.jobs))),
         shared,
         shutdown,
     };

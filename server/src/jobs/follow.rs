@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use colball_proto::egress;
 use colball_solver::order::InOrder;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, watch};
 
-use super::run::{Live, WINDOW};
+use super::run::Live;
+use super::store::WINDOW;
 use super::store::{JobRow, JobState};
 use super::writer::coalesce;
 use super::{JobError, Jobs};
@@ -131,6 +132,9 @@ impl Jobs {
             // Following a running job in input order: the writer's groups as
             // they are stored, and what is ahead of the next result due.
             let mut live: Option<(broadcast::Receiver<Live>, Ahead)> = None;
+            // On a shared store: hints of results stored by another
+            // coordinator (they never pass through this one's writer).
+            let mut elsewhere: Option<watch::Receiver<u64>> = None;
             // While following them, the store is read again every half second
             // whatever the traffic, should a group have gone by unseen.
             let mut safety = tokio::time::interval(Duration::from_millis(500));
@@ -157,7 +161,15 @@ impl Jobs {
                         continue;
                     }
                     let mut ended_run = false;
+                    let elsewhere = async {
+                        match elsewhere.as_mut() {
+                            Some(e) => e.changed().await.is_ok(),
+                            None => std::future::pending().await,
+                        }
+                    };
                     tokio::select! {
+                        // Stored by another coordinator: read the store.
+                        true = elsewhere => ahead.missed(),
                         group = receiver.recv() => match group {
                             Ok(group) => ahead.group(&group),
                             Err(broadcast::error::RecvError::Lagged(_)) => ahead.missed(),
@@ -213,13 +225,17 @@ impl Jobs {
                 if !row.any_order {
                     if let Some(run) = jobs.runs.get(&seq) {
                         live = Some((run.live.subscribe(), Ahead::new(next, EARLY)));
+                        elsewhere = Some(run.elsewhere.subscribe());
                         safety.reset();
                         continue;
                     }
                 }
                 // Wait for more to be stored (or the job to end).
-                let stored = jobs.runs.get(&seq).map(|r| r.stored.subscribe());
-                let Some(mut stored) = stored else {
+                let watched = jobs
+                    .runs
+                    .get(&seq)
+                    .map(|r| (r.stored.subscribe(), r.elsewhere.subscribe()));
+                let Some((mut stored, mut stored_elsewhere)) = watched else {
                     // Not running: finished, cancelled or failed (a last look
                     // at what is stored, then the end), or about to start.
                     let state = jobs.store.job(seq).await.ok().flatten().map(|r| r.state);
@@ -234,6 +250,7 @@ impl Jobs {
                 stored.borrow_and_update();
                 tokio::select! {
                     _ = stored.changed() => {}
+                    _ = stored_elsewhere.changed() => {}
                     () = tokio::time::sleep(Duration::from_millis(500)) => {}
                     () = tx.closed() => return,
                     () = jobs.scheduler.shutdown.cancelled() => {

@@ -48,6 +48,7 @@ struct Limits {
     max_job_puzzles: usize,
     max_store_bytes: Option<u64>,
     retention: Duration,
+    lease: Duration,
 }
 
 /// How the jobs wait for a store that is unavailable for now (a database
@@ -115,6 +116,20 @@ pub struct Jobs {
     keys: Keys,
     writer: mpsc::UnboundedSender<ToWrite>,
     limits: Limits,
+    /// This coordinator's name in a shared store's claims (none on a
+    /// store of its own).
+    holder: String,
+    /// Counts of the work shared with other coordinators.
+    pub(crate) sharing: Sharing,
+}
+
+/// What a coordinator did on a shared store (for `/metrics`).
+#[derive(Debug, Default)]
+pub struct Sharing {
+    pub windows_claimed: std::sync::atomic::AtomicU64,
+    pub windows_taken_over: std::sync::atomic::AtomicU64,
+    pub windows_rescued: std::sync::atomic::AtomicU64,
+    pub uploads_rescued: std::sync::atomic::AtomicU64,
 }
 
 impl Jobs {
@@ -123,6 +138,9 @@ impl Jobs {
     /// runtime.
     pub fn start(scheduler: Arc<Shared>, store: Arc<dyn JobStore>, config: &Config) -> Arc<Jobs> {
         let (writer, rx) = mpsc::unbounded_channel();
+        let holder = store
+            .shared()
+            .map_or_else(String::new, |s| s.holder().to_string());
         let jobs = Arc::new(Jobs {
             scheduler,
             store,
@@ -133,14 +151,26 @@ impl Jobs {
                 max_job_puzzles: config.max_job_puzzles,
                 max_store_bytes: config.max_store_bytes,
                 retention: config.job_retention,
+                lease: config.job_lease,
             },
+            holder,
+            sharing: Sharing::default(),
         });
         // The writer ends with the process (its sender lives in `jobs`).
         tokio::spawn(jobs.clone().write(rx));
         let span = || tracing::info_span!("jobs");
         jobs.scheduler.spawn(span(), jobs.clone().resume());
         jobs.scheduler.spawn(span(), jobs.clone().retention());
+        if jobs.store.shared().is_some() {
+            jobs.scheduler.spawn(span(), jobs.clone().share());
+        }
         jobs
+    }
+
+    /// Whether this coordinator leads the store's maintenance (always, on
+    /// a store of its own).
+    pub fn leading(&self) -> bool {
+        self.store.shared().is_none_or(|s| s.leading())
     }
 
     /// Calls `call` on the store until it answers (see [`Patience`]).

@@ -4,8 +4,18 @@
 //! the next window follows when those results are in. So a job of
 //! millions of puzzles costs the coordinator one window in memory, and it
 //! shares the workers with other clients like any request.
+//!
+//! On a store shared by several coordinators, every coordinator runs
+//! every unfinished job (it learns of them from the store: [`Jobs::share`]),
+//! and a run claims its windows from the store under a lease: each window
+//! is solved by one coordinator at a time, a job by all that have workers,
+//! and a window whose coordinator died is taken over when its lease runs
+//! out. Between jobs, each coordinator's scheduler keeps the class order
+//! and the fair share as for any requests.
 
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use colball_core::Priority;
@@ -15,13 +25,16 @@ use tokio_util::sync::CancellationToken;
 
 use super::Jobs;
 use super::keys::KeyHold;
-use super::store::{JobRow, JobState};
+pub use super::store::WINDOW;
+use super::store::{Claim, JobRow, JobState, Pending, SharedStore, StoreError, Wake};
 use crate::coordinator::admission::{Caller, Next, Parsed, Terms};
 use crate::coordinator::events::{self, BatchEvents};
 use crate::error::ServerError;
 
-/// Puzzles of one job admitted to the scheduler at a time.
-pub const WINDOW: usize = 8192;
+/// How often a coordinator on a shared store renews its leases and looks
+/// for jobs begun or ended elsewhere (hints from the store come sooner),
+/// and a run with no free window looks again.
+const SHARE_TICK: Duration = Duration::from_secs(1);
 
 /// Groups a follower may fall behind the writer before it reads the store
 /// instead.
@@ -35,6 +48,9 @@ pub struct Run {
     pub(super) stored: watch::Sender<u64>,
     pub(super) live: broadcast::Sender<Live>,
     pub(super) upload: watch::Sender<Upload>,
+    /// Counts hints that results of the job were stored by another
+    /// coordinator (on a shared store), to wake its followers here.
+    pub(super) elsewhere: watch::Sender<u64>,
     /// The job's key, held while the run lives.
     _key: Option<KeyHold>,
 }
@@ -56,6 +72,87 @@ pub(super) type Live = Arc<Vec<egress::PuzzleResult>>;
 
 /// How a run ended, for its watchers.
 const STOPPED: &str = "cancelled or stopped";
+const COMPLETE: &str = "complete";
+
+/// Where a run's windows come from.
+enum Windows<'s> {
+    /// A store of this coordinator's own: the next puzzles without a
+    /// result after the last window's (`after`), in index order.
+    Local { after: Option<u64> },
+    /// A store shared with other coordinators: windows claimed under a
+    /// lease; `ran` are those this run fed, each with the count of fed
+    /// results at which its own are all stored (then it is finished).
+    Shared {
+        store: &'s dyn SharedStore,
+        ran: VecDeque<(u64, u64)>,
+    },
+}
+
+/// A run's next step, from [`Windows::next`].
+enum Step {
+    /// Puzzles to solve, of window `.1` (on a shared store).
+    Window(Vec<Pending>, u64),
+    /// Nothing left without a result (of what has been uploaded).
+    Empty,
+    /// Nothing free now; the rest is held (shared store).
+    Busy,
+}
+
+impl Windows<'_> {
+    /// The next window of job `seq`; `stored` results of this run's are
+    /// stored. On a shared store, first finishes the windows whose results
+    /// are all stored.
+    async fn next(&mut self, jobs: &Jobs, seq: i64, stored: u64) -> Result<Step, StoreError> {
+        match self {
+            Windows::Local { after } => {
+                let window = jobs.store.pending(seq, *after, WINDOW).await?;
+                Ok(if window.is_empty() {
+                    Step::Empty
+                } else {
+                    Step::Window(window, 0)
+                })
+            }
+            Windows::Shared { store, ran } => {
+                while let Some(&(win, at)) = ran.front() {
+                    if stored < at {
+                        break;
+                    }
+                    store.finish(seq, win, &jobs.holder).await?;
+                    ran.pop_front();
+                }
+                let lease = jobs.limits.lease;
+                Ok(match store.claim(seq, &jobs.holder, lease).await? {
+                    Claim::Window {
+                        win,
+                        pending,
+                        took_over,
+                    } => {
+                        let sharing = &jobs.sharing;
+                        sharing.windows_claimed.fetch_add(1, Ordering::Relaxed);
+                        if took_over {
+                            sharing.windows_taken_over.fetch_add(1, Ordering::Relaxed);
+                            tracing::info!(window = win, "took over a window whose lease ran out");
+                        }
+                        Step::Window(pending, win)
+                    }
+                    // Ours not finished yet: busy until they are.
+                    Claim::Done if !ran.is_empty() => Step::Busy,
+                    Claim::Done => Step::Empty,
+                    Claim::Busy => Step::Busy,
+                })
+            }
+        }
+    }
+
+    /// Window `win` was fed, up to index `last`; its results are all
+    /// stored once `fed` of this run's are.
+    fn ran(&mut self, last: u64, win: u64, fed: u64) {
+        match self {
+            Windows::Local { after } => *after = Some(last),
+            Windows::Shared { ran, .. } => ran.push_back((win, fed)),
+        }
+    }
+}
 
 impl Jobs {
     /// Starts running job `seq`, of which `stored` results are stored and
@@ -73,9 +170,16 @@ impl Jobs {
             stored: watch::channel(stored).0,
             live: broadcast::channel(LIVE_GROUPS).0,
             upload: watch::channel(upload).0,
+            elsewhere: watch::channel(0).0,
         };
         let cancel = run.cancel.clone();
-        self.runs.insert(seq, run);
+        match self.runs.entry(seq) {
+            // Running already (taken up twice at once).
+            dashmap::Entry::Occupied(_) => return,
+            dashmap::Entry::Vacant(v) => {
+                v.insert(run);
+            }
+        }
         let span = tracing::info_span!("job", job = %self.store.job_id(seq));
         self.scheduler.spawn(span, self.clone().feed(seq, cancel));
     }
@@ -111,26 +215,32 @@ impl Jobs {
                     tracing::info!(jobs = rows.len(), "taking up unfinished jobs");
                 }
                 for row in rows {
-                    let upload = Upload {
-                        puzzles: row.puzzles,
-                        valid: row.puzzles,
-                        sealed: true,
-                    };
-                    self.start_run(row.seq, row.solved + row.errors, upload, None);
+                    if !self.runs.contains_key(&row.seq) {
+                        self.take_up(row);
+                    }
                 }
             }
             Err(e) => tracing::error!(error = %e, "cannot read unfinished jobs"),
         }
     }
 
-    /// Deletes finished jobs older than the retention, at start and then
-    /// every minute.
+    /// The store's maintenance, by its leader (on a store of its own,
+    /// this coordinator): deletes finished jobs older than the retention,
+    /// and on a shared store lets go of windows whose lease ran out and
+    /// deletes uploads whose coordinator died. At
+    /// start, then every quarter of the retention or the lease (1 s to a
+    /// minute).
     pub(super) async fn retention(self: Arc<Self>) {
-        let mut tick = tokio::time::interval(Duration::from_secs(60));
+        let every = (self.limits.retention.min(self.limits.lease) / 4)
+            .clamp(Duration::from_secs(1), Duration::from_secs(60));
+        let mut tick = tokio::time::interval(every);
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
                 () = self.scheduler.shutdown.cancelled() => return,
+            }
+            if !self.leading() {
+                continue;
             }
             let keep = self.limits.retention.as_millis() as i64;
             let before = events::unix_ms().saturating_sub(keep);
@@ -141,7 +251,108 @@ impl Jobs {
                 }
                 Err(e) => tracing::warn!(error = %e, "cannot delete old jobs"),
             }
+            if let Some(shared) = self.store.shared() {
+                match shared.rescue().await {
+                    Ok(r) => {
+                        let s = &self.sharing;
+                        s.windows_rescued.fetch_add(r.windows, Ordering::Relaxed);
+                        s.uploads_rescued.fetch_add(r.uploads, Ordering::Relaxed);
+                        if r.windows > 0 {
+                            tracing::info!(
+                                windows = r.windows,
+                                "windows whose lease ran out let go"
+                            );
+                        }
+                        if r.uploads > 0 {
+                            tracing::info!(
+                                jobs = r.uploads,
+                                "uploads whose coordinator died deleted"
+                            );
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "cannot rescue windows"),
+                }
+            }
         }
+    }
+
+    /// On a shared store: renews this coordinator's leases, runs the jobs
+    /// begun elsewhere and stops the runs of jobs ended elsewhere, every
+    /// [`SHARE_TICK`] and on the store's hints; passes hints of results
+    /// stored elsewhere on to the followers here.
+    pub(super) async fn share(self: Arc<Self>) {
+        let Some(shared) = self.store.shared() else {
+            return;
+        };
+        let mut wakes = shared.wakes();
+        let mut tick = tokio::time::interval(SHARE_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let renew = tokio::select! {
+                _ = tick.tick() => true,
+                wake = wakes.recv() => match wake {
+                    Ok(Wake::Results(job)) => {
+                        if let Some(run) = self.runs.get(&job) {
+                            run.elsewhere.send_modify(|n| *n += 1);
+                        }
+                        continue;
+                    }
+                    Ok(Wake::Jobs) | Err(broadcast::error::RecvError::Lagged(_)) => false,
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+                () = self.scheduler.shutdown.cancelled() => return,
+            };
+            if renew {
+                if let Err(e) = shared.renew(&self.holder, self.limits.lease).await {
+                    tracing::warn!(error = %e, "cannot renew this coordinator's leases");
+                }
+            }
+            if let Err(e) = self.sync(shared).await {
+                tracing::debug!(error = %e, "cannot look for jobs begun or ended elsewhere");
+            }
+        }
+    }
+
+    /// Starts a run of each unfinished job not running here, and stops the
+    /// runs of jobs finished or deleted (by another coordinator).
+    async fn sync(self: &Arc<Self>, shared: &dyn SharedStore) -> Result<(), StoreError> {
+        for row in self.store.unfinished().await? {
+            if !self.runs.contains_key(&row.seq) {
+                self.take_up(row);
+            }
+        }
+        // Runs of sealed jobs (a job being uploaded here is not stopped).
+        let running: Vec<i64> = self
+            .runs
+            .iter()
+            .filter(|r| r.upload.borrow().sealed)
+            .map(|r| *r.key())
+            .collect();
+        if running.is_empty() {
+            return Ok(());
+        }
+        let live: HashSet<i64> = shared
+            .states(&running)
+            .await?
+            .into_iter()
+            .filter(|(_, state)| !state.finished())
+            .map(|(seq, _)| seq)
+            .collect();
+        for seq in running.into_iter().filter(|s| !live.contains(s)) {
+            self.stop(seq);
+        }
+        Ok(())
+    }
+
+    /// Starts running an acknowledged, unfinished job (all its puzzles
+    /// stored).
+    fn take_up(self: &Arc<Self>, row: JobRow) {
+        let upload = Upload {
+            puzzles: row.puzzles,
+            valid: row.puzzles,
+            sealed: true,
+        };
+        self.start_run(row.seq, row.solved + row.errors, upload, None);
     }
 
     /// Feeds a job's puzzles to the scheduler a window at a time, until
@@ -186,17 +397,47 @@ impl Jobs {
         cancel: &CancellationToken,
         events: &mut BatchEvents,
     ) -> String {
+        let mut windows = match self.store.shared() {
+            Some(store) => Windows::Shared {
+                store,
+                ran: VecDeque::new(),
+            },
+            None => Windows::Local { after: None },
+        };
+        let outcome = self
+            .run_windows(row, caller, cancel, events, &mut windows)
+            .await;
+        if let Windows::Shared { store, .. } = windows {
+            if outcome != COMPLETE {
+                // Stopped: what this run held is anyone's at once.
+                let _ = store.release(row.seq, &self.holder).await;
+            }
+        }
+        outcome
+    }
+
+    /// [`Self::run`] with its windows from `windows`.
+    async fn run_windows(
+        &self,
+        row: &JobRow,
+        caller: &Caller,
+        cancel: &CancellationToken,
+        events: &mut BatchEvents,
+        windows: &mut Windows<'_>,
+    ) -> String {
         let seq = row.seq;
-        let Some((mut stored, mut upload)) = self
-            .runs
-            .get(&seq)
-            .map(|r| (r.stored.subscribe(), r.upload.subscribe()))
-        else {
+        let Some((mut stored, mut upload, mut elsewhere)) = self.runs.get(&seq).map(|r| {
+            (
+                r.stored.subscribe(),
+                r.upload.subscribe(),
+                r.elsewhere.subscribe(),
+            )
+        }) else {
             return STOPPED.into();
         };
+        let mut workers = self.scheduler.workers.subscribe();
         // The valid puzzles the watchers have been told of.
         let mut announced = upload.borrow().valid;
-        let mut after: Option<u64> = None;
         // Results handed to the writer (and stored before this run): the
         // next window waits until all but one window of them are stored,
         // so a store slower than the workers holds back the job instead
@@ -215,12 +456,29 @@ impl Jobs {
             let arrived = *upload.borrow_and_update();
             events.grow(arrived.valid.saturating_sub(announced));
             announced = announced.max(arrived.valid);
-            let window = match self
-                .patiently("reading a job's puzzles", Some(cancel), || {
-                    self.store.pending(seq, after, WINDOW)
-                })
-                .await
-            {
+            if let Windows::Shared { .. } = windows {
+                // Claim only with workers to solve the window; another
+                // coordinator may have some.
+                tokio::select! {
+                    _ = workers.wait_for(|n| *n > 0) => {}
+                    () = cancel.cancelled() => return STOPPED.into(),
+                }
+            }
+            let stored_now = *stored.borrow_and_update();
+            let mut patience = super::Patience::new("reading a job's puzzles");
+            let window = loop {
+                match windows.next(self, seq, stored_now).await {
+                    Err(e)
+                        if patience
+                            .again(&e, &self.scheduler.shutdown, Some(cancel))
+                            .await => {}
+                    outcome => {
+                        patience.done(outcome.is_ok());
+                        break outcome;
+                    }
+                }
+            };
+            let window = match window {
                 Ok(w) => w,
                 // Given up waiting for the store: the run was stopped.
                 Err(e) if e.passing() => return STOPPED.into(),
@@ -229,15 +487,32 @@ impl Jobs {
                     return e.to_string();
                 }
             };
+            let (window, win) = match window {
+                Step::Window(window, win) => (window, win),
+                Step::Empty if arrived.sealed => break arrived.puzzles,
+                Step::Empty => {
+                    // Everything stored so far is fed: wait for the next chunk.
+                    tokio::select! {
+                        changed = upload.changed() => if changed.is_err() { return STOPPED.into() },
+                        () = cancel.cancelled() => return STOPPED.into(),
+                    }
+                    continue;
+                }
+                Step::Busy => {
+                    // The rest is held elsewhere (or is ours, its results
+                    // not stored yet): look again when something moves.
+                    elsewhere.borrow_and_update();
+                    tokio::select! {
+                        _ = stored.changed() => {}
+                        _ = elsewhere.changed() => {}
+                        _ = upload.changed() => {}
+                        () = tokio::time::sleep(SHARE_TICK) => {}
+                        () = cancel.cancelled() => return STOPPED.into(),
+                    }
+                    continue;
+                }
+            };
             let Some(last) = window.last().map(|w| w.0) else {
-                if arrived.sealed {
-                    break arrived.puzzles;
-                }
-                // Everything stored so far is fed: wait for the next chunk.
-                tokio::select! {
-                    changed = upload.changed() => if changed.is_err() { return STOPPED.into() },
-                    () = cancel.cancelled() => return STOPPED.into(),
-                }
                 continue;
             };
             let batch: Vec<Parsed> = window
@@ -255,8 +530,8 @@ impl Jobs {
             let sealed = upload.borrow().sealed;
             match outcome {
                 Ok(()) => {
-                    after = Some(last);
                     fed += n;
+                    windows.ran(last, win, fed);
                 }
                 Err(ServerError::NoWorkers(e)) if row.fail_fast && sealed => {
                     // No worker for the grace period, and someone waits.
@@ -269,8 +544,11 @@ impl Jobs {
                     // worker and retry the window; a job is not given up
                     // for lack of workers unless it asked to be, and not
                     // before it is acknowledged (then the window is tried
-                    // again, and fails as it asked).
-                    let mut workers = self.scheduler.workers.subscribe();
+                    // again, and fails as it asked). A shared window goes
+                    // back to the store meanwhile.
+                    if let Windows::Shared { store, .. } = windows {
+                        let _ = store.release(seq, &self.holder).await;
+                    }
                     tokio::select! {
                         _ = workers.wait_for(|n| *n > 0) => {}
                         _ = upload.wait_for(|u| u.sealed), if !sealed => {}
@@ -281,20 +559,33 @@ impl Jobs {
             }
         };
         // Every puzzle was admitted and answered; wait until the last
-        // results are stored, then the job is done.
-        tokio::select! {
-            _ = stored.wait_for(|n| *n >= total) => {}
-            () = cancel.cancelled() => return STOPPED.into(),
+        // results are stored, then the job is done (on a shared store,
+        // every window was found done: each result is stored already).
+        match windows {
+            Windows::Local { .. } => {
+                tokio::select! {
+                    _ = stored.wait_for(|n| *n >= total) => {}
+                    () = cancel.cancelled() => return STOPPED.into(),
+                }
+                let done_ms = events::unix_ms();
+                let _ = self
+                    .patiently("marking a job done", Some(cancel), || {
+                        self.store.set_state(seq, JobState::Done, "", done_ms)
+                    })
+                    .await;
+            }
+            Windows::Shared { store, .. } => {
+                let done_ms = events::unix_ms();
+                let _ = self
+                    .patiently("marking a job done", Some(cancel), || {
+                        store.complete(seq, done_ms)
+                    })
+                    .await;
+            }
         }
-        let done_ms = events::unix_ms();
-        let _ = self
-            .patiently("marking a job done", Some(cancel), || {
-                self.store.set_state(seq, JobState::Done, "", done_ms)
-            })
-            .await;
         self.runs.remove(&seq);
         tracing::info!(job = %self.store.job_id(seq), puzzles = total, "job done");
-        "complete".to_string()
+        COMPLETE.to_string()
     }
 
     /// Admits one window as a request of the job's owner and sends its

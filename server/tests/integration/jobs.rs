@@ -331,8 +331,8 @@ async fn survives_kills(cluster: &mut procs::Durable) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_followed_job_rides_out_three_coordinator_kills_at_random_moments() {
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::time::{Duration, Instant};
+    use std::sync::atomic::AtomicUsize;
+    use std::time::Duration;
     const PUZZLES: usize = 20_000;
     let mut cluster = procs::Durable::start(Path::new(BIN), "jobs-kill3", 2).await;
     let (puzzles, answers) = mixed(44, PUZZLES, 50);
@@ -346,15 +346,7 @@ async fn a_followed_job_rides_out_three_coordinator_kills_at_random_moments() {
         .into_iter()
         .enumerate()
     {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while (received.load(Ordering::Relaxed) as u64) < moment {
-            assert!(Instant::now() < deadline, "no progress before kill {kill}");
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        println!(
-            "kill {kill} at {} results",
-            received.load(Ordering::Relaxed)
-        );
+        procs::wait_to_kill(&received, moment, kill).await;
         cluster.kill_and_restart();
     }
     let results = tokio::time::timeout(Duration::from_secs(120), batch)

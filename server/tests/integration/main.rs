@@ -20,6 +20,7 @@ mod jobs;
 mod ops;
 mod processes;
 mod prometheus;
+mod scale_out;
 mod secure_processes;
 mod security;
 mod sharing;

@@ -84,7 +84,7 @@ pub(super) fn entries(n: usize) -> Vec<Entry> {
         .collect()
 }
 
-fn solved(index: u64) -> egress::PuzzleResult {
+pub(super) fn solved(index: u64) -> egress::PuzzleResult {
     v1::PuzzleResult {
         id: format!("p{index}"),
         index,
@@ -109,7 +109,7 @@ fn indices(results: &[egress::PuzzleResult]) -> Vec<u64> {
     results.iter().map(|r| r.index).collect()
 }
 
-async fn put(s: &dyn JobStore, results: Vec<(i64, egress::PuzzleResult)>) -> Vec<bool> {
+pub(super) async fn put(s: &dyn JobStore, results: Vec<(i64, egress::PuzzleResult)>) -> Vec<bool> {
     let n = results.len();
     let (back, new) = s.put_results(results).await;
     assert_eq!(back.len(), n, "the results come back");

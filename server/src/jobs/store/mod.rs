@@ -16,6 +16,7 @@ pub mod sqlite;
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use colball_proto::{egress, v1};
@@ -127,6 +128,11 @@ pub enum Entry {
     Invalid(v1::PuzzleResult),
 }
 
+/// Puzzles of one job admitted to the scheduler at a time: a window. On a
+/// shared store, window `w` of a job is its puzzles `w * WINDOW ..
+/// (w + 1) * WINDOW`, claimed by one coordinator at a time.
+pub const WINDOW: usize = 8192;
+
 /// A puzzle of a job without a result yet: its index, id and puzzle.
 pub type Pending = (u64, EcoString, Puzzle);
 
@@ -163,12 +169,102 @@ impl StoreError {
     }
 }
 
+/// What a coordinator got when it asked a shared store for work on a job.
+#[derive(Debug)]
+pub enum Claim {
+    /// Window `win` is this coordinator's under a lease: its puzzles
+    /// without a result (none of a window whose upload has not reached
+    /// them yet). `took_over`: it was another coordinator's, whose lease
+    /// had run out.
+    Window {
+        win: u64,
+        pending: Vec<Pending>,
+        took_over: bool,
+    },
+    /// No window is free: the rest are held under live leases (or being
+    /// uploaded). Ask again later.
+    Busy,
+    /// Every window of the job is done: each of its uploaded puzzles has
+    /// a result.
+    Done,
+}
+
+/// A hint that something changed in a shared store, from another
+/// coordinator (PostgreSQL's `NOTIFY`): a job appeared or ended, or
+/// results of job `.0` were stored. Hints may be lost; polling stands
+/// behind them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wake {
+    Jobs,
+    Results(i64),
+}
+
+/// What a [`SharedStore::rescue`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Rescued {
+    /// Windows let go (their lease ran out).
+    pub windows: u64,
+    /// Jobs deleted whose upload was abandoned (their coordinator died).
+    pub uploads: u64,
+}
+
+/// A store several coordinators use at once (see [`JobStore::shared`]):
+/// they split each job's windows by claims under leases, and one of them
+/// leads the maintenance.
+#[async_trait]
+pub trait SharedStore: Send + Sync {
+    /// Claims the first free window of `job` for `holder` (one whose lease
+    /// is unheld or ran out) until `lease` from now.
+    async fn claim(&self, job: i64, holder: &str, lease: Duration) -> Result<Claim, StoreError>;
+
+    /// Window `win` of `job` has had its results stored: it is done if no
+    /// puzzle of it waits for a result (and its upload is complete), else
+    /// it is let go for anyone to claim. Whether it is done.
+    async fn finish(&self, job: i64, win: u64, holder: &str) -> Result<bool, StoreError>;
+
+    /// Lets go of `holder`'s windows of `job` that are not done.
+    async fn release(&self, job: i64, holder: &str) -> Result<(), StoreError>;
+
+    /// Extends every lease `holder` holds to `lease` from now, and this
+    /// process's uploads'; how many windows.
+    async fn renew(&self, holder: &str, lease: Duration) -> Result<u64, StoreError>;
+
+    /// Marks `job` done if it is queued or running and each of its puzzles
+    /// has a result; whether it did.
+    async fn complete(&self, job: i64, now_ms: i64) -> Result<bool, StoreError>;
+
+    /// The states of the `jobs` still stored.
+    async fn states(&self, jobs: &[i64]) -> Result<Vec<(i64, JobState)>, StoreError>;
+
+    /// Whether this process leads the maintenance now (it holds the
+    /// store's leader lock; it tries to take it when nobody does).
+    fn leading(&self) -> bool;
+
+    /// The leader's rescue: lets go of windows whose lease ran out, and
+    /// deletes uploads whose coordinator died (their lease ran out).
+    async fn rescue(&self) -> Result<Rescued, StoreError>;
+
+    /// This process's name in the store's claims and uploads (unique to
+    /// it; renewed by [`Self::renew`]).
+    fn holder(&self) -> &str;
+
+    /// Hints of changes made by other coordinators.
+    fn wakes(&self) -> tokio::sync::broadcast::Receiver<Wake>;
+}
+
 /// See the module documentation. Every method is one transaction: when it
 /// returns `Ok`, what it wrote is kept (on disk, for a durable store).
 #[async_trait]
 pub trait JobStore: Send + Sync + std::fmt::Debug + 'static {
     /// Whether the jobs outlive the process.
     fn durable(&self) -> bool;
+
+    /// The store's interface for several coordinators, if it may be
+    /// shared; `None`: its coordinator is its only user, runs every job
+    /// itself and leads its maintenance.
+    fn shared(&self) -> Option<&dyn SharedStore> {
+        None
+    }
 
     /// The id of job number `seq` (`j12-3f9a0c7d12be`): its number and a
     /// random key of this store, so an id never names a job of another
@@ -268,6 +364,29 @@ pub async fn open(
         (None, Some(dir)) => Arc::new(sqlite::SqliteStore::open(Some(dir), cap)?),
         (None, None) => Arc::new(memory::MemoryStore::new(cap)),
     })
+}
+
+/// A name for this process in a shared store's claims: the machine's name
+/// (`HOSTNAME`, a pod's name under Kubernetes; else the kernel's), the
+/// process id and a random part.
+fn holder_name() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| {
+            h.trim()
+                .chars()
+                .filter(|c| c.is_ascii_graphic())
+                .take(64)
+                .collect::<String>()
+        })
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "coordinator".into());
+    format!(
+        "{host}-{}-{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    )
 }
 
 /// A fresh random key for a store's job ids.

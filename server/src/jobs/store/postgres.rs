@@ -16,6 +16,16 @@
 //! coordinators keep each result once (the first wins), the counts exact
 //! and the stored order without gaps.
 //!
+//! Several coordinators share the store ([`SharedStore`]): each job's
+//! puzzles fall in windows of [`WINDOW`] (`colball_windows`, a row per
+//! window: its holder, its lease and whether it is done), claimed with
+//! `FOR UPDATE SKIP LOCKED` under a lease the holder renews, and taken by
+//! another once the lease runs out. One more connection per coordinator,
+//! its session, listens for the others' hints (`LISTEN colball`: `jobs`
+//! when a job appears or ends, `r<job>` when results are stored) and
+//! holds the leader's lock (a session advisory lock, so it is let go the
+//! moment that connection ends) for whoever leads the maintenance.
+//!
 //! The schema is created and migrated at start under a transaction-level
 //! advisory lock, so coordinators starting together migrate once. Its
 //! size (what `--max-store-mib` caps) is counted as the in-memory store
@@ -24,17 +34,25 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use colball_proto::prost::Message;
 use colball_proto::{egress, v1};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use ecow::EcoString;
-use tokio_postgres::NoTls;
+use tokio::sync::{broadcast, mpsc};
 use tokio_postgres::types::ToSql;
+use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::sqlite::layout::{pack_puzzle, unpack_puzzle};
-use super::{Entry, JobRow, JobState, JobStore, NewJob, Pending, StoreError, ToWrite, id_of};
+use super::{
+    Claim, Entry, JobRow, JobState, JobStore, NewJob, Pending, Rescued, SharedStore, StoreError,
+    ToWrite, WINDOW, Wake, id_of,
+};
 
 /// What a job costs beyond its puzzles and results, for the size.
 const JOB_BYTES: i64 = 256;
@@ -44,8 +62,20 @@ const ROW_BYTES: i64 = 24;
 /// The advisory lock held while the schema is migrated.
 const MIGRATION_LOCK: i64 = 0x636f_6c62_616c_6c01;
 
+/// The session advisory lock the leader of the maintenance holds.
+const LEADER_LOCK: i64 = 0x636f_6c62_616c_6c02;
+
+/// How often a coordinator's session tries to take the leader's lock
+/// (and checks its connection): a new leader within this of the last
+/// one's end.
+const LEADER_TRY: Duration = Duration::from_secs(1);
+
+/// The channel of the hints between coordinators.
+const CHANNEL: &str = "colball";
+
 /// The schema, one step a version.
-const MIGRATIONS: &[&str] = &[r"
+const MIGRATIONS: &[&str] = &[
+    r"
 CREATE TABLE colball_jobs (
     seq bigserial PRIMARY KEY,
     owner text NOT NULL,
@@ -80,7 +110,38 @@ CREATE TABLE colball_results (
     PRIMARY KEY (job, idx)
 );
 CREATE UNIQUE INDEX colball_results_pos ON colball_results (job, pos);
-"];
+",
+    r"
+CREATE TABLE colball_windows (
+    job bigint NOT NULL REFERENCES colball_jobs ON DELETE CASCADE,
+    win bigint NOT NULL,
+    holder text,
+    lease_until timestamptz,
+    done boolean NOT NULL DEFAULT false,
+    PRIMARY KEY (job, win)
+);
+CREATE INDEX colball_windows_held ON colball_windows (holder) WHERE holder IS NOT NULL;
+ALTER TABLE colball_jobs ADD COLUMN uploader text, ADD COLUMN upload_until timestamptz;
+INSERT INTO colball_windows (job, win)
+    SELECT seq, generate_series(0, (puzzles - 1) / 8192) FROM colball_jobs
+    WHERE puzzles > 0 AND state IN (0, 1, 2);
+",
+];
+
+// The SQL below spells the window's size out.
+const _: () = assert!(WINDOW == 8192);
+
+/// The puzzles of window `w.win` of job `w.job` still without a result,
+/// as a condition (`EXISTS` them).
+const WINDOW_PENDING: &str = "SELECT 1 FROM colball_puzzles p \
+     WHERE p.job = w.job AND p.idx >= w.win * 8192 AND p.idx < (w.win + 1) * 8192 \
+       AND p.puzzle IS NOT NULL \
+       AND NOT EXISTS (SELECT 1 FROM colball_results r WHERE r.job = p.job AND r.idx = p.idx)";
+
+/// Whether window `w.win` of job `w.job` has all its puzzles (the job is
+/// sealed, or its upload went past the window), as a condition.
+const WINDOW_UPLOADED: &str = "SELECT 1 FROM colball_jobs j \
+     WHERE j.seq = w.job AND (j.state <> 0 OR j.puzzles >= (w.win + 1) * 8192)";
 
 const JOB_COLUMNS: &str = "seq, owner, name, priority, state, puzzles, solved, errors, \
      created_ms, finished_ms, failure, fail_fast, any_order";
@@ -91,6 +152,12 @@ pub struct PostgresStore {
     pool: Pool,
     instance: String,
     cap: Option<u64>,
+    wakes: broadcast::Sender<Wake>,
+    leading: Arc<AtomicBool>,
+    /// This process's name in claims and uploads: unique to it.
+    holder: String,
+    /// Ends the session with the store.
+    _session: DropGuard,
 }
 
 fn backend(e: impl Into<Failure>) -> StoreError {
@@ -178,15 +245,18 @@ impl PostgresStore {
             config.password(password);
         }
         if config.get_connect_timeout().is_none() {
-            config.connect_timeout(std::time::Duration::from_secs(10));
+            config.connect_timeout(Duration::from_secs(10));
         }
+        // A dead peer is noticed, and a dead leader's lock let go, within
+        // about a minute even without a clean close.
+        config.keepalives_idle(Duration::from_secs(30));
         let target = describe(&config);
         let open = |reason: Failure| StoreError::Open {
             path: target.clone(),
             reason: reason.0,
         };
         let manager = Manager::from_config(
-            config,
+            config.clone(),
             NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -199,11 +269,33 @@ impl PostgresStore {
         let mut client = pool.get().await.map_err(|e| open(e.into()))?;
         let instance = migrate(&mut client).await.map_err(open)?;
         drop(client);
+        let wakes = broadcast::channel(1024).0;
+        let leading = Arc::new(AtomicBool::new(false));
+        let stop = CancellationToken::new();
+        tokio::spawn(session(
+            config,
+            wakes.clone(),
+            leading.clone(),
+            stop.clone(),
+        ));
         Ok(PostgresStore {
             pool,
             instance,
             cap,
+            holder: super::holder_name(),
+            wakes,
+            leading,
+            _session: stop.drop_guard(),
         })
+    }
+
+    /// Tells the other coordinators that a job appeared or ended.
+    async fn hint_jobs(&self, client: &deadpool_postgres::Object) -> Result<(), StoreError> {
+        client
+            .execute("SELECT pg_notify($1, 'jobs')", &[&CHANNEL])
+            .await
+            .map_err(backend)?;
+        Ok(())
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
@@ -346,6 +438,106 @@ async fn migrate(client: &mut deadpool_postgres::Object) -> Result<String, Failu
     Ok(instance)
 }
 
+/// A coordinator's session with the store, for as long as the store
+/// lives: connected again and again (100 ms doubling to 5 s between
+/// tries) while the database is unreachable.
+async fn session(
+    config: tokio_postgres::Config,
+    wakes: broadcast::Sender<Wake>,
+    leading: Arc<AtomicBool>,
+    stop: CancellationToken,
+) {
+    let mut pause = Duration::from_millis(100);
+    loop {
+        let began = tokio::time::Instant::now();
+        tokio::select! {
+            ended = session_once(&config, &wakes, &leading) => {
+                if let Err(e) = ended {
+                    tracing::debug!(error = %Failure::from(e).0, "the job store's session ended");
+                }
+            }
+            () = stop.cancelled() => return,
+        }
+        if leading.swap(false, Ordering::Relaxed) {
+            tracing::warn!("no longer leading the job store's maintenance: its session ended");
+        }
+        if began.elapsed() > Duration::from_secs(10) {
+            pause = Duration::from_millis(100);
+        }
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = stop.cancelled() => return,
+        }
+        pause = (pause * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// One connection of [`session`]: listens for hints and passes them on,
+/// and tries for the leader's lock every [`LEADER_TRY`] until it holds
+/// it (then checks that its connection lives). Ends with the connection.
+async fn session_once(
+    config: &tokio_postgres::Config,
+    wakes: &broadcast::Sender<Wake>,
+    leading: &AtomicBool,
+) -> Result<(), tokio_postgres::Error> {
+    let (client, mut connection) = config.connect(NoTls).await?;
+    let (tx, mut hints) = mpsc::unbounded_channel();
+    // The connection is driven here, its notifications passed on.
+    let drive = async move {
+        loop {
+            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                Some(Ok(AsyncMessage::Notification(n))) => {
+                    let _ = tx.send(n.payload().to_string());
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(e),
+                None => return Ok(()),
+            }
+        }
+    };
+    let work = async {
+        client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
+        // Whatever was missed while not listening: look again.
+        let _ = wakes.send(Wake::Jobs);
+        let mut tick = tokio::time::interval(LEADER_TRY);
+        loop {
+            tokio::select! {
+                hint = hints.recv() => match hint.as_deref().and_then(parse_hint) {
+                    Some(wake) => { let _ = wakes.send(wake); }
+                    None if hint.is_none() => return Ok(()),
+                    None => {}
+                },
+                _ = tick.tick() => {
+                    if leading.load(Ordering::Relaxed) {
+                        client.simple_query("SELECT 1").await?;
+                    } else {
+                        let got: bool = client
+                            .query_one("SELECT pg_try_advisory_lock($1)", &[&LEADER_LOCK])
+                            .await?
+                            .get(0);
+                        if got {
+                            leading.store(true, Ordering::Relaxed);
+                            tracing::info!("leading the job store's maintenance");
+                        }
+                    }
+                }
+            }
+        }
+    };
+    tokio::select! {
+        ended = drive => ended,
+        ended = work => ended,
+    }
+}
+
+/// A hint's payload: `jobs`, or `r` and a job's number.
+fn parse_hint(payload: &str) -> Option<Wake> {
+    if payload == "jobs" {
+        return Some(Wake::Jobs);
+    }
+    payload.strip_prefix('r')?.parse().ok().map(Wake::Results)
+}
+
 /// The bytes the jobs hold, as `--max-store-mib` counts them.
 async fn held_bytes(client: &impl tokio_postgres::GenericClient) -> Result<i64, StoreError> {
     Ok(client
@@ -356,6 +548,38 @@ async fn held_bytes(client: &impl tokio_postgres::GenericClient) -> Result<i64, 
         .await
         .map_err(backend)?
         .get(0))
+}
+
+/// Up to `limit` puzzles of `job` from index `from` to before `to` that
+/// have no result yet, in index order.
+async fn pending_in(
+    client: &tokio_postgres::Client,
+    job: i64,
+    from: u64,
+    to: u64,
+    limit: usize,
+) -> Result<Vec<Pending>, StoreError> {
+    let rows = client
+        .query(
+            "SELECT p.idx, p.id, p.puzzle FROM colball_puzzles p \
+             WHERE p.job = $1 AND p.idx >= $2 AND p.idx < $3 AND p.puzzle IS NOT NULL \
+               AND NOT EXISTS (SELECT 1 FROM colball_results r WHERE r.job = p.job AND r.idx = p.idx) \
+             ORDER BY p.idx LIMIT $4",
+            &[&job, &(from as i64), &(to as i64), &(limit as i64)],
+        )
+        .await
+        .map_err(backend)?;
+    Ok(rows
+        .iter()
+        .filter_map(|r| {
+            let puzzle = unpack_puzzle(r.get::<_, &[u8]>(2))?;
+            Some((
+                r.get::<_, i64>(0) as u64,
+                EcoString::from(r.get::<_, &str>(1)),
+                puzzle,
+            ))
+        })
+        .collect())
 }
 
 fn decode(bytes: &[u8]) -> Option<egress::PuzzleResult> {
@@ -425,6 +649,9 @@ async fn put_locked(
         )
         .await
         .map_err(backend)?;
+        tx.execute("SELECT pg_notify($1, 'r' || $2::bigint)", &[&CHANNEL, &job])
+            .await
+            .map_err(backend)?;
     }
     Ok(new)
 }
@@ -433,6 +660,10 @@ async fn put_locked(
 impl JobStore for PostgresStore {
     fn durable(&self) -> bool {
         true
+    }
+
+    fn shared(&self) -> Option<&dyn SharedStore> {
+        Some(self)
     }
 
     fn job_id(&self, seq: i64) -> String {
@@ -449,8 +680,9 @@ impl JobStore for PostgresStore {
         self.room(&tx, JOB_BYTES).await?;
         let seq: i64 = tx
             .query_one(
-                "INSERT INTO colball_jobs (owner, name, priority, state, created_ms, fail_fast, any_order, bytes) \
-                 VALUES ($1, $2, $3, 0, $4, $5, $6, $7) RETURNING seq",
+                "INSERT INTO colball_jobs (owner, name, priority, state, created_ms, fail_fast, \
+                   any_order, bytes, uploader, upload_until) \
+                 VALUES ($1, $2, $3, 0, $4, $5, $6, $7, $8, now() + interval '1 minute') RETURNING seq",
                 &[
                     &job.owner,
                     &job.name,
@@ -459,6 +691,7 @@ impl JobStore for PostgresStore {
                     &job.fail_fast,
                     &job.any_order,
                     &JOB_BYTES,
+                    &self.holder,
                 ],
             )
             .await
@@ -532,6 +765,20 @@ impl JobStore for PostgresStore {
         )
         .await
         .map_err(backend)?;
+        if n > 0 {
+            let w = WINDOW as u64;
+            tx.execute(
+                "INSERT INTO colball_windows (job, win) \
+                 SELECT $1, generate_series($2::bigint, $3::bigint) ON CONFLICT DO NOTHING",
+                &[
+                    &job,
+                    &((first / w) as i64),
+                    &(((first + n as u64 - 1) / w) as i64),
+                ],
+            )
+            .await
+            .map_err(backend)?;
+        }
         tx.commit().await.map_err(backend)
     }
 
@@ -550,6 +797,7 @@ impl JobStore for PostgresStore {
             .await
             .map_err(backend)?
             .ok_or(StoreError::NoSuchJob(job))?;
+        self.hint_jobs(&client).await?;
         Ok(self.row(&row))
     }
 
@@ -577,7 +825,7 @@ impl JobStore for PostgresStore {
             .execute("DELETE FROM colball_jobs WHERE seq = $1", &[&job])
             .await
             .map_err(backend)?;
-        Ok(())
+        self.hint_jobs(&client).await
     }
 
     async fn job(&self, job: i64) -> Result<Option<JobRow>, StoreError> {
@@ -612,6 +860,9 @@ impl JobStore for PostgresStore {
             )
             .await
             .map_err(backend)?;
+        if state.finished() {
+            self.hint_jobs(&client).await?;
+        }
         Ok(())
     }
 
@@ -621,29 +872,9 @@ impl JobStore for PostgresStore {
         after: Option<u64>,
         limit: usize,
     ) -> Result<Vec<Pending>, StoreError> {
-        let from = after.map_or(0, |a| a as i64 + 1);
+        let from = after.map_or(0, |a| a + 1);
         let client = self.client().await?;
-        let rows = client
-            .query(
-                "SELECT p.idx, p.id, p.puzzle FROM colball_puzzles p \
-                 WHERE p.job = $1 AND p.idx >= $2 AND p.puzzle IS NOT NULL \
-                   AND NOT EXISTS (SELECT 1 FROM colball_results r WHERE r.job = p.job AND r.idx = p.idx) \
-                 ORDER BY p.idx LIMIT $3",
-                &[&job, &from, &(limit as i64)],
-            )
-            .await
-            .map_err(backend)?;
-        Ok(rows
-            .iter()
-            .filter_map(|r| {
-                let puzzle = unpack_puzzle(r.get::<_, &[u8]>(2))?;
-                Some((
-                    r.get::<_, i64>(0) as u64,
-                    EcoString::from(r.get::<_, &str>(1)),
-                    puzzle,
-                ))
-            })
-            .collect())
+        pending_in(&client, job, from, u64::MAX >> 1, limit).await
     }
 
     async fn put_results(
@@ -729,5 +960,362 @@ impl JobStore for PostgresStore {
             .await
             .map_err(backend)?;
         Ok(rows.iter().map_while(|r| decode(r.get(0))).collect())
+    }
+}
+
+#[async_trait]
+impl SharedStore for PostgresStore {
+    async fn claim(&self, job: i64, holder: &str, lease: Duration) -> Result<Claim, StoreError> {
+        let client = self.client().await?;
+        let lease = lease.as_secs_f64();
+        loop {
+            let claimed = client
+                .query_opt(
+                    "WITH free AS ( \
+                       SELECT win, holder FROM colball_windows \
+                       WHERE job = $1 AND NOT done AND (holder IS NULL OR lease_until < now()) \
+                       ORDER BY win LIMIT 1 FOR UPDATE SKIP LOCKED) \
+                     UPDATE colball_windows w SET holder = $2, \
+                       lease_until = now() + make_interval(secs => $3) \
+                     FROM free WHERE w.job = $1 AND w.win = free.win \
+                     RETURNING w.win, free.holder",
+                    &[&job, &holder, &lease],
+                )
+                .await
+                .map_err(backend)?;
+            let Some(claimed) = claimed else {
+                // Each puzzle has its result (a window's holder may have died
+                // after storing them, before it marked the window done): the
+                // windows are all done.
+                let complete = client
+                    .query_opt(
+                        "SELECT 1 FROM colball_jobs \
+                         WHERE seq = $1 AND state IN (1, 2) AND solved + errors >= puzzles",
+                        &[&job],
+                    )
+                    .await
+                    .map_err(backend)?;
+                if complete.is_some() {
+                    client
+                        .execute(
+                            "UPDATE colball_windows SET done = true, holder = NULL, lease_until = NULL \
+                             WHERE job = $1 AND NOT done",
+                            &[&job],
+                        )
+                        .await
+                        .map_err(backend)?;
+                    return Ok(Claim::Done);
+                }
+                let open: i64 = client
+                    .query_one(
+                        "SELECT count(*) FROM colball_windows WHERE job = $1 AND NOT done",
+                        &[&job],
+                    )
+                    .await
+                    .map_err(backend)?
+                    .get(0);
+                return Ok(if open > 0 { Claim::Busy } else { Claim::Done });
+            };
+            let win = claimed.get::<_, i64>(0) as u64;
+            let before: Option<String> = claimed.get(1);
+            let from = win * WINDOW as u64;
+            let pending = pending_in(&client, job, from, from + WINDOW as u64, WINDOW).await?;
+            if !pending.is_empty() {
+                return Ok(Claim::Window {
+                    win,
+                    pending,
+                    took_over: before.is_some_and(|b| b != holder),
+                });
+            }
+            // Nothing to solve in it: done, or (its upload not there yet)
+            // let go and waited for.
+            if !self.finish(job, win, holder).await? {
+                return Ok(Claim::Busy);
+            }
+        }
+    }
+
+    async fn finish(&self, job: i64, win: u64, holder: &str) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let sql = format!(
+            "UPDATE colball_windows w SET \
+               done = NOT EXISTS ({WINDOW_PENDING}) AND EXISTS ({WINDOW_UPLOADED}), \
+               holder = CASE WHEN holder = $3 THEN NULL ELSE holder END, \
+               lease_until = CASE WHEN holder = $3 THEN NULL ELSE lease_until END \
+             WHERE w.job = $1 AND w.win = $2 AND NOT w.done RETURNING done"
+        );
+        let done = client
+            .query_opt(&sql, &[&job, &(win as i64), &holder])
+            .await
+            .map_err(backend)?;
+        // A window done already (by another) is done.
+        Ok(done.is_none_or(|r| r.get(0)))
+    }
+
+    async fn release(&self, job: i64, holder: &str) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "UPDATE colball_windows SET holder = NULL, lease_until = NULL \
+                 WHERE job = $1 AND holder = $2 AND NOT done",
+                &[&job, &holder],
+            )
+            .await
+            .map_err(backend)?;
+        Ok(())
+    }
+
+    async fn renew(&self, holder: &str, lease: Duration) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        let lease = lease.as_secs_f64();
+        client
+            .execute(
+                "UPDATE colball_jobs SET upload_until = now() + make_interval(secs => $2) \
+                 WHERE uploader = $1 AND state = 0",
+                &[&self.holder, &lease],
+            )
+            .await
+            .map_err(backend)?;
+        client
+            .execute(
+                "UPDATE colball_windows SET lease_until = now() + make_interval(secs => $2) \
+                 WHERE holder = $1 AND NOT done",
+                &[&holder, &lease],
+            )
+            .await
+            .map_err(backend)
+    }
+
+    async fn complete(&self, job: i64, now_ms: i64) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let n = client
+            .execute(
+                "UPDATE colball_jobs SET state = 3, finished_ms = $2 \
+                 WHERE seq = $1 AND state IN (1, 2) AND solved + errors >= puzzles",
+                &[&job, &now_ms],
+            )
+            .await
+            .map_err(backend)?;
+        if n > 0 {
+            self.hint_jobs(&client).await?;
+        }
+        Ok(n > 0)
+    }
+
+    async fn states(&self, jobs: &[i64]) -> Result<Vec<(i64, JobState)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT seq, state FROM colball_jobs WHERE seq = ANY($1)",
+                &[&jobs],
+            )
+            .await
+            .map_err(backend)?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                (
+                    r.get(0),
+                    JobState::from_number(i64::from(r.get::<_, i16>(1))),
+                )
+            })
+            .collect())
+    }
+
+    fn leading(&self) -> bool {
+        self.leading.load(Ordering::Relaxed)
+    }
+
+    async fn rescue(&self) -> Result<Rescued, StoreError> {
+        let client = self.client().await?;
+        let windows = client
+            .execute(
+                "UPDATE colball_windows SET holder = NULL, lease_until = NULL \
+                 WHERE holder IS NOT NULL AND NOT done AND lease_until < now()",
+                &[],
+            )
+            .await
+            .map_err(backend)?;
+        let uploads = client
+            .execute(
+                "DELETE FROM colball_jobs WHERE state = 0 AND upload_until < now()",
+                &[],
+            )
+            .await
+            .map_err(backend)?;
+        Ok(Rescued { windows, uploads })
+    }
+
+    fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    fn wakes(&self) -> broadcast::Receiver<Wake> {
+        self.wakes.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use colball_testkit::postgres::TempPostgres;
+
+    use super::super::conformance::{entries, new_job, put, solved};
+    use super::*;
+
+    async fn wake(hints: &mut broadcast::Receiver<Wake>, want: Wake) {
+        let heard = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                if hints.recv().await.unwrap() == want {
+                    return;
+                }
+            }
+        });
+        heard
+            .await
+            .unwrap_or_else(|_| panic!("no {want:?} hint in 5 s"));
+    }
+
+    fn window(claim: Claim) -> (u64, usize, bool) {
+        match claim {
+            Claim::Window {
+                win,
+                pending,
+                took_over,
+            } => (win, pending.len(), took_over),
+            other => panic!("no window claimed: {other:?}"),
+        }
+    }
+
+    async fn leaders(stores: &[&PostgresStore]) -> usize {
+        stores.iter().filter(|s| s.leading()).count()
+    }
+
+    /// Two coordinators on one database: a job's windows are split between
+    /// them, a window is done only once each of its puzzles has a result, a
+    /// lease that runs out is taken over, the job is completed once, one of
+    /// them leads at a time, and each hears the other's hints.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn coordinators_on_one_database_split_windows_and_take_over_lapsed_leases() {
+        let server = tokio::task::spawn_blocking(TempPostgres::start)
+            .await
+            .unwrap();
+        let url = server.database("shared");
+        let a = PostgresStore::connect(&url, None).await.unwrap();
+        let b = PostgresStore::connect(&url, None).await.unwrap();
+        let mut heard_by_b = b.wakes();
+        let job = a.create(new_job("alice")).await.unwrap();
+        let n = 2 * WINDOW + 100;
+        a.add(job, 0, entries(n)).await.unwrap();
+        let lease = Duration::from_secs(2);
+
+        // Before the seal the last window is not all there: it is let go.
+        assert_eq!(
+            window(a.claim(job, "a", lease).await.unwrap()),
+            (0, WINDOW, false)
+        );
+        assert_eq!(
+            window(b.claim(job, "b", lease).await.unwrap()),
+            (1, WINDOW, false)
+        );
+        assert_eq!(
+            window(b.claim(job, "b", lease).await.unwrap()),
+            (2, 100, false)
+        );
+        assert!(!b.finish(job, 2, "b").await.unwrap(), "not uploaded whole");
+        a.seal(job, 1).await.unwrap();
+        wake(&mut heard_by_b, Wake::Jobs).await;
+        assert_eq!(
+            window(a.claim(job, "a", lease).await.unwrap()),
+            (2, 100, false)
+        );
+        assert!(matches!(
+            b.claim(job, "b", lease).await.unwrap(),
+            Claim::Busy
+        ));
+
+        // Window 0 is finished before its results are in: let go, not done.
+        assert!(!a.finish(job, 0, "a").await.unwrap());
+        assert_eq!(
+            window(b.claim(job, "b", lease).await.unwrap()),
+            (0, WINDOW, false)
+        );
+        let results = |range: std::ops::Range<usize>| {
+            range.map(|i| (job, solved(i as u64))).collect::<Vec<_>>()
+        };
+        put(&a, results(0..WINDOW)).await;
+        wake(&mut heard_by_b, Wake::Results(job)).await;
+        assert!(b.finish(job, 0, "b").await.unwrap());
+
+        // b renews its leases (windows 1); a lets its own lapse (window 2),
+        // and b takes it over.
+        assert_eq!(b.renew("b", lease).await.unwrap(), 1);
+        tokio::time::sleep(lease + Duration::from_millis(500)).await;
+        assert_eq!(
+            window(b.claim(job, "b", lease).await.unwrap()),
+            (1, WINDOW, false)
+        );
+        assert_eq!(
+            window(b.claim(job, "b", lease).await.unwrap()),
+            (2, 100, true)
+        );
+        // The leader lets go of what lapsed: nothing now.
+        assert_eq!(a.rescue().await.unwrap(), Rescued::default());
+
+        // Everything stored (some twice): done once.
+        put(&b, results(WINDOW..n)).await;
+        put(&a, results(WINDOW..n)).await;
+        assert!(b.finish(job, 1, "b").await.unwrap());
+        assert!(b.finish(job, 2, "b").await.unwrap());
+        assert!(matches!(
+            a.claim(job, "a", lease).await.unwrap(),
+            Claim::Done
+        ));
+        assert!(b.complete(job, 9).await.unwrap());
+        assert!(!a.complete(job, 10).await.unwrap(), "completed once");
+        let row = a.job(job).await.unwrap().unwrap();
+        assert_eq!(
+            (row.state, row.solved, row.finished_ms),
+            (JobState::Done, n as u64, 9)
+        );
+        assert_eq!(
+            a.states(&[job, job + 1]).await.unwrap(),
+            vec![(job, JobState::Done)]
+        );
+
+        // An upload whose coordinator stopped renewing it is deleted by
+        // the rescue; one still renewed is not.
+        let abandoned = a.create(new_job("alice")).await.unwrap();
+        a.add(abandoned, 0, entries(10)).await.unwrap();
+        let kept = b.create(new_job("bob")).await.unwrap();
+        assert_eq!(b.rescue().await.unwrap(), Rescued::default());
+        a.renew("a", Duration::ZERO).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(
+            b.rescue().await.unwrap(),
+            Rescued {
+                windows: 0,
+                uploads: 1
+            }
+        );
+        assert!(a.job(abandoned).await.unwrap().is_none());
+        assert!(a.job(kept).await.unwrap().is_some());
+
+        // One leader; when it goes, the other leads.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while leaders(&[&a, &b]).await != 1 {
+            assert!(tokio::time::Instant::now() < deadline, "no leader in 5 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(LEADER_TRY * 2).await;
+        assert_eq!(leaders(&[&a, &b]).await, 1, "two leaders");
+        let (leader, other) = if a.leading() { (a, b) } else { (b, a) };
+        drop(leader);
+        let deadline = tokio::time::Instant::now() + LEADER_TRY * 4;
+        while !other.leading() {
+            assert!(tokio::time::Instant::now() < deadline, "no new leader");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }
