@@ -34,6 +34,27 @@ impl Jobs {
         Ok(Jobs { inner })
     }
 
+    /// Connects to the first of `urls` (coordinators sharing one store)
+    /// that answers; which one. When none does, the first one's error.
+    pub async fn connect_first(
+        urls: &[String],
+        security: &Security,
+    ) -> Result<(Jobs, usize), ClientError> {
+        let mut first = None;
+        for (at, url) in urls.iter().enumerate() {
+            match Jobs::connect(url, security).await {
+                Ok(jobs) => return Ok((jobs, at)),
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        Err(first.unwrap_or_else(|| ClientError::BadUrl {
+            url: String::new(),
+            reason: "no coordinator URL".into(),
+        }))
+    }
+
     /// Submits `puzzles` (with their ids) as one job; returns its id once
     /// the coordinator has stored them all.
     pub async fn submit(
@@ -251,12 +272,15 @@ pub fn solve_in_order<E>(
 ) -> Result<(), SolveError<E>> {
     let runtime = remote::runtime()?;
     runtime.block_on(async {
+        let urls = remote::urls(url)?;
+        let (jobs, at) = Jobs::connect_first(&urls, security).await?;
         let mut follower = BatchJob {
-            url,
+            urls,
+            at,
             security,
             run,
             puzzles,
-            jobs: Jobs::connect(url, security).await?,
+            jobs,
             job: None,
             next: 0,
             lost_since: None,
@@ -311,7 +335,9 @@ async fn interrupted(enabled: bool) {
 
 /// One batch followed as a job (see [`solve_in_order`]).
 struct BatchJob<'a> {
-    url: &'a str,
+    /// The coordinators (sharing one store), and which one is dialled.
+    urls: Vec<String>,
+    at: usize,
     security: &'a Security,
     run: &'a JobRun,
     puzzles: &'a [(String, Puzzle)],
@@ -345,6 +371,148 @@ fn fresh_key() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
+/// Why [`redial`] found no coordinator.
+enum Redial {
+    /// None answered by the deadline; the last reason.
+    GaveUp(String),
+    /// One answered with a failure that is no break (a refused token).
+    Fatal(ClientError),
+}
+
+/// Dials the coordinators after `at` in turn (the same one again when
+/// there is one), each once before a wait, waits doubling from
+/// [`FIRST_BACKOFF`] to [`MAX_BACKOFF`], until one answers or `deadline`;
+/// `at` is left at the one that answered. `last` says why the connection
+/// was lost.
+async fn redial(
+    urls: &[String],
+    at: &mut usize,
+    security: &Security,
+    deadline: Instant,
+    mut last: String,
+) -> Result<Jobs, Redial> {
+    let mut backoff = FIRST_BACKOFF;
+    let mut tried = 0;
+    loop {
+        if Instant::now() >= deadline {
+            return Err(Redial::GaveUp(last));
+        }
+        *at = (*at + 1) % urls.len();
+        tried += 1;
+        let attempt = deadline
+            .saturating_duration_since(Instant::now())
+            .max(ATTEMPT);
+        match tokio::time::timeout(attempt, Jobs::connect(&urls[*at], security)).await {
+            Ok(Ok(jobs)) => return Ok(jobs),
+            Ok(Err(e)) => match Break::from(e) {
+                Break::Gone(reason) => last = reason,
+                Break::Fatal(e) => return Err(Redial::Fatal(e)),
+            },
+            Err(_) => last = format!("no connection within {} s", attempt.as_secs()),
+        }
+        if tried % urls.len() != 0 {
+            continue;
+        }
+        if Instant::now() + backoff >= deadline {
+            return Err(Redial::GaveUp(last));
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// Where [`read_results`] reads: the coordinators (sharing one store),
+/// how it proves itself, and how long it redials after a break.
+#[derive(Clone, Copy, Debug)]
+pub struct Reader<'a> {
+    pub urls: &'a [String],
+    pub security: &'a Security,
+    pub reconnect: Duration,
+}
+
+/// Reads job `id`'s results from `from` on, of `total` (following them
+/// with `follow`) on `jobs`, connected to `reader.urls[*at]`, and passes each
+/// to `on_result`. When the connection breaks (the coordinator died or
+/// went away), dials the next coordinator (or the same one again) for up
+/// to `reader.reconnect` and reads on from the next result due: nothing
+/// passed on twice or skipped. `notice` hears of breaks, for people.
+#[allow(clippy::too_many_arguments)] // the reader, the job, and the callbacks
+pub async fn read_results<E>(
+    reader: Reader<'_>,
+    jobs: &mut Jobs,
+    at: &mut usize,
+    id: &str,
+    (from, total): (u64, u64),
+    follow: bool,
+    notice: &mut dyn FnMut(&str),
+    mut on_result: impl FnMut(v1::PuzzleResult) -> Result<(), E>,
+) -> Result<(), SolveError<E>> {
+    let mut next = from;
+    let mut lost_since: Option<Instant> = None;
+    loop {
+        let reason = match jobs.results(id, next, follow).await {
+            Ok(mut stream) => {
+                if lost_since.take().is_some() {
+                    notice(&format!(
+                        "reconnected to {}; reading on from result {next}",
+                        reader.urls[*at]
+                    ));
+                }
+                loop {
+                    match stream.next().await {
+                        Some(Ok(r)) => {
+                            next += 1;
+                            on_result(r).map_err(SolveError::Output)?;
+                        }
+                        Some(Err(e)) => match Break::from(e) {
+                            Break::Gone(reason) => break reason,
+                            Break::Fatal(e) => return Err(e.into()),
+                        },
+                        None => return Ok(()),
+                    }
+                }
+            }
+            Err(e) => match Break::from(e) {
+                Break::Gone(reason) => reason,
+                Break::Fatal(e) => return Err(e.into()),
+            },
+        };
+        let lost = |last: String, at: usize| ClientError::ConnectionLost {
+            url: reader.urls[at].clone(),
+            received: next as usize,
+            total: total as usize,
+            reason: last,
+            advice: format!(
+                "`colball job results {id} --from {next} --wait` prints the rest once a coordinator is back"
+            ),
+        };
+        if reader.reconnect.is_zero() {
+            return Err(lost(reason, *at).into());
+        }
+        let since = *lost_since.get_or_insert_with(|| {
+            notice(&format!(
+                "lost the connection to the coordinator at {} at result {next} ({reason}); reconnecting for up to {} s",
+                reader.urls[*at],
+                reader.reconnect.as_secs()
+            ));
+            Instant::now()
+        });
+        match redial(
+            reader.urls,
+            at,
+            reader.security,
+            since + reader.reconnect,
+            reason,
+        )
+        .await
+        {
+            Ok(again) => *jobs = again,
+            Err(Redial::GaveUp(last)) => return Err(lost(last, *at).into()),
+            Err(Redial::Fatal(e)) => return Err(e.into()),
+        }
+    }
+}
+
 /// Why a call on the coordinator did not go through.
 enum Break {
     /// The connection (or the coordinator) went away: try again.
@@ -366,6 +534,11 @@ impl From<ClientError> for Break {
 }
 
 impl BatchJob<'_> {
+    /// The coordinator dialled now.
+    fn url(&self) -> &str {
+        &self.urls[self.at]
+    }
+
     async fn solve<E>(
         &mut self,
         notice: &mut dyn FnMut(&str),
@@ -397,7 +570,7 @@ impl BatchJob<'_> {
             if let Err(e) = probed {
                 return Err(match Break::from(e) {
                     Break::Gone(reason) => self
-                        .connection_lost(reason + remote::connect_hint(self.url), Duration::ZERO),
+                        .connection_lost(reason + remote::connect_hint(self.url()), Duration::ZERO),
                     Break::Fatal(e) => e,
                 }
                 .into());
@@ -534,7 +707,7 @@ impl BatchJob<'_> {
         match (&e, &self.job) {
             (ClientError::Status(s), Some((id, durable))) if s.code() == tonic::Code::NotFound => {
                 ClientError::JobLost {
-                    url: self.url.to_string(),
+                    url: self.url().to_string(),
                     job: id.clone(),
                     durable: *durable,
                     received: self.next as usize,
@@ -591,7 +764,7 @@ impl BatchJob<'_> {
             None => {
                 notice(&format!(
                     "lost the connection to the coordinator at {} after {} of {} results ({reason}); reconnecting for up to {} s (--reconnect-secs)",
-                    self.url,
+                    self.url(),
                     self.next,
                     self.puzzles.len(),
                     window.as_secs()
@@ -599,32 +772,21 @@ impl BatchJob<'_> {
                 *self.lost_since.insert(Instant::now())
             }
         };
-        let deadline = since + window;
-        let mut backoff = FIRST_BACKOFF;
-        let mut last = reason;
-        loop {
-            if Instant::now() >= deadline {
-                return Err(self.connection_lost(last, window));
+        match redial(
+            &self.urls,
+            &mut self.at,
+            self.security,
+            since + window,
+            reason,
+        )
+        .await
+        {
+            Ok(jobs) => {
+                self.jobs = jobs;
+                Ok(())
             }
-            let attempt = deadline
-                .saturating_duration_since(Instant::now())
-                .max(ATTEMPT);
-            match tokio::time::timeout(attempt, Jobs::connect(self.url, self.security)).await {
-                Ok(Ok(jobs)) => {
-                    self.jobs = jobs;
-                    return Ok(());
-                }
-                Ok(Err(e)) => match Break::from(e) {
-                    Break::Gone(reason) => last = reason,
-                    Break::Fatal(e) => return Err(e),
-                },
-                Err(_) => last = format!("no connection within {} s", attempt.as_secs()),
-            }
-            if Instant::now() + backoff >= deadline {
-                return Err(self.connection_lost(last, window));
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(MAX_BACKOFF);
+            Err(Redial::GaveUp(last)) => Err(self.connection_lost(last, window)),
+            Err(Redial::Fatal(e)) => Err(e),
         }
     }
 
@@ -653,7 +815,8 @@ impl BatchJob<'_> {
         if self.lost_since.take().is_some() {
             notice(&format!(
                 "reconnected to {}; reading on from result {}",
-                self.url, self.next
+                self.url(),
+                self.next
             ));
         }
         Ok(Box::pin(stream))
@@ -663,7 +826,7 @@ impl BatchJob<'_> {
     /// reconnect for `window` (zero: not tried), saying what is kept.
     fn connection_lost(&self, reason: String, window: Duration) -> ClientError {
         ClientError::ConnectionLost {
-            url: self.url.to_string(),
+            url: self.url().to_string(),
             received: self.next as usize,
             total: self.puzzles.len(),
             reason,

@@ -146,6 +146,19 @@ impl ClientError {
     }
 }
 
+/// The coordinators' URLs in `list`: one, or several comma-separated
+/// (coordinators sharing one job store; blanks around each ignored).
+pub fn urls(list: &str) -> Result<Vec<String>, ClientError> {
+    let urls = colball_proto::tls::url_list(list);
+    if urls.is_empty() {
+        return Err(ClientError::BadUrl {
+            url: list.to_string(),
+            reason: "no coordinator URL".into(),
+        });
+    }
+    Ok(urls)
+}
+
 /// Whether a status says the connection to the coordinator is gone. A
 /// status tonic made from a transport failure (reset, broken pipe, closed
 /// connection) carries that failure as its `source`; a status the

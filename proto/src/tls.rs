@@ -41,6 +41,17 @@ pub enum TlsError {
     CaWithoutHttps { url: String },
 }
 
+/// The coordinators' URLs in `list`: one, or several comma-separated
+/// (coordinators sharing one job store), blanks around each ignored; none
+/// when it names none.
+pub fn url_list(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(String::from)
+        .collect()
+}
+
 /// Checks a coordinator URL: `http://HOST:PORT` or `https://HOST:PORT`.
 /// Returns whether it is `https://`.
 pub fn check_url(url: &str) -> Result<bool, TlsError> {

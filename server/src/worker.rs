@@ -358,12 +358,7 @@ fn solve_guarded(
 /// `https://`, a URL that does not parse or a TLS setting that cannot work
 /// is final, before anything is dialled.
 pub fn urls(list: &str, tls: Option<&ClientTlsConfig>) -> Result<Vec<String>, WorkerError> {
-    let urls: Vec<String> = list
-        .split(',')
-        .map(str::trim)
-        .filter(|u| !u.is_empty())
-        .map(String::from)
-        .collect();
+    let urls = colball_proto::tls::url_list(list);
     if urls.is_empty() {
         return Err(WorkerError::BadUrl {
             url: list.to_string(),

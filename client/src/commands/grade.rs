@@ -26,7 +26,9 @@ pub(crate) struct GradeArgs {
     pub(crate) threads: Option<u16>,
     #[command(flatten)]
     pub(crate) engine: EngineArgs,
-    /// Find the optimal answers on a colball cluster at this URL.
+    /// Find the optimal answers on a colball cluster at this URL (or
+    /// several, comma-separated, of coordinators sharing one job store:
+    /// when the connection breaks the run goes on with the next).
     #[arg(long, env = colball_client::CONNECT_ENV, value_name = "URL")]
     pub(crate) connect: Option<String>,
     #[command(flatten)]

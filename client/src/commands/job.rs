@@ -15,7 +15,10 @@ pub use cluster::run;
 pub struct JobArgs {
     #[command(subcommand)]
     command: JobCommand,
-    /// The coordinator's URL, for example `http://127.0.0.1:50051`.
+    /// The coordinator's URL, for example `http://127.0.0.1:50051`; or
+    /// several, comma-separated (coordinators sharing one job store): the
+    /// first that answers is used, and `results --wait` goes on with the
+    /// next when its connection breaks.
     #[arg(long, env = CONNECT_ENV, value_name = "URL", global = true)]
     connect: Option<String>,
     #[command(flatten)]
@@ -96,7 +99,6 @@ mod cluster {
     use colball_client::jobs::{self, Jobs};
     use colball_proto::v1::{self, puzzle_result};
     use colball_solver::format::{Format, classic, jsonl};
-    use tokio_stream::StreamExt;
 
     use super::super::input::read_input;
     use super::*;
@@ -109,7 +111,8 @@ mod cluster {
         let security = args.security.security()?;
         let runtime = colball_client::remote::runtime()?;
         runtime.block_on(async move {
-            let mut jobs = Jobs::connect(&url, &security).await?;
+            let urls = colball_client::remote::urls(&url)?;
+            let (mut jobs, mut at) = Jobs::connect_first(&urls, &security).await?;
             match args.command {
                 JobCommand::Submit {
                     input,
@@ -142,7 +145,15 @@ mod cluster {
                     from,
                     moves,
                     output,
-                } => results(&mut jobs, &id, wait, from, moves, output).await,
+                } => {
+                    let reader = jobs::Reader {
+                        urls: &urls,
+                        security: &security,
+                        reconnect: jobs::DEFAULT_RECONNECT,
+                    };
+                    let shown = Shown { moves, output };
+                    results(reader, &mut jobs, &mut at, &id, wait, from, shown).await
+                }
             }
         })
     }
@@ -217,28 +228,36 @@ mod cluster {
         Ok(())
     }
 
+    /// How `job results` prints.
+    #[derive(Clone, Copy)]
+    struct Shown {
+        moves: bool,
+        output: OutputFormat,
+    }
+
     async fn results(
+        reader: jobs::Reader<'_>,
         jobs: &mut Jobs,
+        at: &mut usize,
         id: &str,
         wait: bool,
         from: u64,
-        moves: bool,
-        output: OutputFormat,
+        Shown { moves, output }: Shown,
     ) -> Result<ExitCode> {
-        let any_order = jobs.get(id).await?.any_order;
+        let job = jobs.get(id).await?;
+        let any_order = job.any_order;
         if any_order && matches!(output, OutputFormat::Classic) {
             eprintln!(
                 "colball: job {id} takes its results in any order (submitted with --any-order): read them with --output jsonl, where each line names its puzzle"
             );
             return Ok(ExitCode::from(2));
         }
-        let mut stream = jobs.results(id, from, wait).await?;
         let mut out = BufWriter::new(io::stdout().lock());
         let mut errors = 0;
         let mut next = from;
         let mut seen = std::collections::HashSet::new();
-        while let Some(r) = stream.next().await {
-            let r = r?;
+        let mut notice = |line: &str| eprintln!("colball: {line}");
+        let print = |r: v1::PuzzleResult| -> Result<()> {
             if any_order {
                 anyhow::ensure!(
                     seen.insert(r.index),
@@ -291,6 +310,13 @@ mod cluster {
                     }
                 }
             }
+            Ok(())
+        };
+        let span = (from, job.puzzles);
+        match jobs::read_results(reader, jobs, at, id, span, wait, &mut notice, print).await {
+            Ok(()) => {}
+            Err(colball_client::remote::SolveError::Output(e)) => return Err(e),
+            Err(colball_client::remote::SolveError::Client(e)) => return Err(e.into()),
         }
         out.flush()?;
         Ok(if errors > 0 {

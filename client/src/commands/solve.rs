@@ -38,6 +38,8 @@ pub(crate) struct SolveArgs {
     pub(crate) engine: EngineArgs,
     /// Solve on a colball cluster: the coordinator's URL, for example
     /// `http://127.0.0.1:50051`. The output is the same as in-process.
+    /// Several, comma-separated (coordinators sharing one job store): when
+    /// the connection breaks the run goes on with the next.
     #[arg(long, env = colball_client::CONNECT_ENV, value_name = "URL")]
     pub(crate) connect: Option<String>,
     #[command(flatten)]

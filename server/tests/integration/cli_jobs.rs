@@ -30,7 +30,7 @@ fn colball_bin() -> PathBuf {
 }
 
 /// Runs `colball ARGS` with `stdin`; its output.
-fn colball(args: &[&str], stdin: &[u8]) -> Output {
+pub(crate) fn colball(args: &[&str], stdin: &[u8]) -> Output {
     let mut child = Command::new(colball_bin())
         .args(args)
         .env_remove("COLBALL_CONNECT")
@@ -44,12 +44,12 @@ fn colball(args: &[&str], stdin: &[u8]) -> Output {
     child.wait_with_output().unwrap()
 }
 
-fn text(out: &[u8]) -> String {
+pub(crate) fn text(out: &[u8]) -> String {
     String::from_utf8_lossy(out).into_owned()
 }
 
 /// Generated puzzles and what in-process `colball solve` prints for them.
-fn puzzles_and_answers(sizes: &str, count: usize, seed: u64) -> (Vec<u8>, Vec<u8>) {
+pub(crate) fn puzzles_and_answers(sizes: &str, count: usize, seed: u64) -> (Vec<u8>, Vec<u8>) {
     let count = count.to_string();
     let seed = seed.to_string();
     let generated = colball(

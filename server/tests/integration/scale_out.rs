@@ -271,3 +271,76 @@ async fn when_the_leader_dies_another_takes_over_the_retention() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// `colball solve --connect A,B` with both workers on `--coordinator A,B`:
+/// A is SIGKILLed mid-run (and not started again); the client and the
+/// workers go on with B, which takes over A's windows, and the output is
+/// what in-process `colball solve` prints, exit 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn solve_connect_to_two_coordinators_rides_through_the_first_one_s_death() {
+    use crate::cli_jobs::{colball, puzzles_and_answers, text};
+    let (_server, flags) = database("solve-failover").await;
+    let a = coordinator(&flags, &[]);
+    let b = coordinator(&flags, &[]);
+    let both = format!("{},{}", a.url, b.url);
+    let bin = Path::new(BIN);
+    let _workers: Vec<_> = (0..2)
+        .map(|i| procs::worker(bin, &both, &format!("w{i}"), Stderr::Quiet, &[]))
+        .collect();
+    wait_metric(&a.http, "workers", |n| n == 2).await;
+    let (input, local) = puzzles_and_answers("3x3,4x4", 3000, 23);
+    let connect = both.clone();
+    let command =
+        tokio::task::spawn_blocking(move || colball(&["solve", "--connect", &connect], &input));
+    wait_metric(&a.http, "solved_total", |n| n >= 300).await;
+    a.proc.kill();
+    let out = tokio::time::timeout(Duration::from_secs(120), command)
+        .await
+        .expect("colball solve --connect A,B did not finish")
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!("reconnected to {}", b.url)),
+        "{stderr}"
+    );
+    assert!(out.stdout == local, "the output differs from in-process");
+    assert_eq!(metric(&b.http, "workers"), 2, "the workers moved to B");
+}
+
+/// `colball job results ID --wait --connect A,B` while A, which runs the
+/// job, is SIGKILLed: the rest is read from B, and the output is what
+/// in-process `colball solve` prints.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_results_wait_goes_on_with_the_next_coordinator() {
+    use crate::cli_jobs::{colball, puzzles_and_answers, text};
+    let (_server, flags) = database("results-failover").await;
+    let a = coordinator(&flags, &[]);
+    let b = coordinator(&flags, &[]);
+    let both = format!("{},{}", a.url, b.url);
+    let _w = procs::worker(Path::new(BIN), &both, "w0", Stderr::Quiet, &[]);
+    wait_metric(&a.http, "workers", |n| n == 1).await;
+    let (input, local) = puzzles_and_answers("2x3,3x3,4x4", 5000, 24);
+    let submit = colball(&["job", "submit", "--connect", &a.url], &input);
+    assert!(submit.status.success(), "{}", text(&submit.stderr));
+    let id = text(&submit.stdout).trim().to_string();
+    let command = tokio::task::spawn_blocking(move || {
+        colball(&["job", "results", &id, "--wait", "--connect", &both], b"")
+    });
+    wait_metric(&a.http, "solved_total", |n| n >= 500).await;
+    a.proc.kill();
+    let out = tokio::time::timeout(Duration::from_secs(120), command)
+        .await
+        .expect("job results --wait did not finish")
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("reconnected to {}", b.url)),
+        "{stderr}"
+    );
+    assert!(
+        out.stdout == local,
+        "the job's results differ from in-process"
+    );
+}
