@@ -38,7 +38,9 @@ impl From<JobError> for Status {
                 tracing::error!(error = %e, "job store");
                 match e {
                     StoreError::Full(_) => Status::resource_exhausted(e.to_string()),
-                    StoreError::Unavailable(_) => Status::unavailable(e.to_string()),
+                    StoreError::Unavailable(_) | StoreError::Conflict(_) => {
+                        Status::unavailable(e.to_string())
+                    }
                     _ => Status::internal(e.to_string()),
                 }
             }

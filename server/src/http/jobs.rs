@@ -109,7 +109,8 @@ impl IntoResponse for JobError {
             }
             JobError::KeyTaken(_) | JobError::Incomplete(_) => StatusCode::CONFLICT,
             JobError::NotFound(_) => StatusCode::NOT_FOUND,
-            JobError::ShuttingDown | JobError::Store(StoreError::Unavailable(_)) => {
+            JobError::ShuttingDown
+            | JobError::Store(StoreError::Unavailable(_) | StoreError::Conflict(_)) => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             JobError::Store(e) => {

@@ -158,14 +158,20 @@ pub enum StoreError {
     /// trying again; nothing of the call was kept.
     #[error("the job store is unavailable for now: {0}")]
     Unavailable(String),
+    /// The database rolled the call back to resolve a conflict with
+    /// another's (a deadlock, a serialization failure): nothing of it was
+    /// kept, and it may be tried again at once.
+    #[error("the job store rolled the call back in a conflict with another: {0}")]
+    Conflict(String),
     #[error("the job store's task failed: {0}")]
     Task(String),
 }
 
 impl StoreError {
-    /// Whether the same call may succeed later ([`StoreError::Unavailable`]).
+    /// Whether the same call may succeed later ([`StoreError::Unavailable`],
+    /// [`StoreError::Conflict`]).
     pub fn passing(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_))
+        matches!(self, StoreError::Unavailable(_) | StoreError::Conflict(_))
     }
 }
 

@@ -131,6 +131,17 @@ INSERT INTO colball_windows (job, win)
 // The SQL below spells the window's size out.
 const _: () = assert!(WINDOW == 8192);
 
+/// An update of `set` on the windows `pick` picks (conditions on
+/// `colball_windows`), locked in ascending order first: the order every
+/// statement that touches several windows keeps (deletes too, after the
+/// jobs' rows), so that they never deadlock.
+fn ordered(set: &str, pick: &str) -> String {
+    format!(
+        "UPDATE colball_windows w SET {set} FROM (SELECT job, win FROM colball_windows \
+         WHERE {pick} ORDER BY job, win FOR UPDATE) o WHERE w.job = o.job AND w.win = o.win"
+    )
+}
+
 /// The puzzles of window `w.win` of job `w.job` still without a result,
 /// as a condition (`EXISTS` them).
 const WINDOW_PENDING: &str = "SELECT 1 FROM colball_puzzles p \
@@ -164,8 +175,34 @@ fn backend(e: impl Into<Failure>) -> StoreError {
     let Failure(text, passing) = e.into();
     if passing {
         StoreError::Unavailable(text)
+    } else if let Some(text) = text.strip_prefix(CONFLICT) {
+        StoreError::Conflict(text.to_string())
     } else {
         StoreError::Backend(text)
+    }
+}
+
+/// How a [`Failure`]'s text starts when the server rolled the transaction
+/// back in a conflict (SQLSTATE 40001, 40P01).
+const CONFLICT: &str = "conflict: ";
+
+/// Calls `call` again, up to five times in all, while it fails in a
+/// conflict the server resolved by rolling it back ([`StoreError::Conflict`]:
+/// nothing of it was kept), a few milliseconds apart.
+async fn resolving<T, F>(mut call: impl FnMut() -> F) -> Result<T, StoreError>
+where
+    F: Future<Output = Result<T, StoreError>>,
+{
+    let mut tries = 1;
+    loop {
+        match call().await {
+            Err(StoreError::Conflict(why)) if tries < 5 => {
+                tracing::debug!(%why, "a job store call rolled back in a conflict; trying again");
+                tokio::time::sleep(Duration::from_millis(2 << tries)).await;
+                tries += 1;
+            }
+            outcome => return outcome,
+        }
     }
 }
 
@@ -180,6 +217,9 @@ impl From<tokio_postgres::Error> for Failure {
     fn from(e: tokio_postgres::Error) -> Failure {
         if let Some(db) = e.as_db_error() {
             let code = db.code().code();
+            if code == "40001" || code == "40P01" {
+                return Failure(format!("{CONFLICT}{}", db.message()), false);
+            }
             let passing = code.starts_with("08") || code.starts_with("57P");
             return Failure(db.message().to_string(), passing);
         }
@@ -287,6 +327,56 @@ impl PostgresStore {
             leading,
             _session: stop.drop_guard(),
         })
+    }
+
+    /// Deletes the jobs `pick` (a condition on `colball_jobs`) picks, with
+    /// all of theirs; how many. Their rows are locked first (in ascending
+    /// order, those locked by others skipped with `skip`), then their
+    /// windows (in ascending order): the order every writer of both keeps,
+    /// so deletes never deadlock with claims and renewals.
+    async fn delete_picked(
+        &self,
+        pick: &str,
+        params: &[&(dyn ToSql + Sync)],
+        skip: bool,
+    ) -> Result<u64, StoreError> {
+        let lock = if skip {
+            "FOR UPDATE SKIP LOCKED"
+        } else {
+            "FOR UPDATE"
+        };
+        let sql = format!("SELECT seq FROM colball_jobs WHERE {pick} ORDER BY seq {lock}");
+        let n = resolving(|| async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await.map_err(backend)?;
+            let seqs: Vec<i64> = tx
+                .query(&sql, params)
+                .await
+                .map_err(backend)?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            if seqs.is_empty() {
+                return Ok(0);
+            }
+            tx.execute(
+                "SELECT 1 FROM colball_windows WHERE job = ANY($1) ORDER BY job, win FOR UPDATE",
+                &[&seqs],
+            )
+            .await
+            .map_err(backend)?;
+            let n = tx
+                .execute("DELETE FROM colball_jobs WHERE seq = ANY($1)", &[&seqs])
+                .await
+                .map_err(backend)?;
+            tx.commit().await.map_err(backend)?;
+            Ok(n)
+        })
+        .await?;
+        if n > 0 {
+            self.hint_jobs(&self.client().await?).await?;
+        }
+        Ok(n)
     }
 
     /// Tells the other coordinators that a job appeared or ended.
@@ -735,6 +825,8 @@ impl JobStore for PostgresStore {
             .map(|(i, e)| (*i, true, e.as_slice()))
             .collect();
         let error_bytes: i64 = errors.iter().map(|e| e.2.len() as i64 + ROW_BYTES).sum();
+        let (idx, ids, puzzles, errors) = (&idx, &ids, &puzzles, &errors);
+        resolving(|| async move {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(backend)?;
         if tx
@@ -752,12 +844,12 @@ impl JobStore for PostgresStore {
         tx.execute(
             "INSERT INTO colball_puzzles (job, idx, id, puzzle) \
              SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::bytea[])",
-            &[&job, &idx, &ids, &puzzles],
+            &[&job, idx, ids, puzzles],
         )
         .await
         .map_err(backend)?;
         if !errors.is_empty() {
-            put_locked(&tx, job, &errors).await?;
+            put_locked(&tx, job, errors).await?;
         }
         tx.execute(
             "UPDATE colball_jobs SET puzzles = greatest(puzzles, $2), bytes = bytes + $3 WHERE seq = $1",
@@ -780,6 +872,8 @@ impl JobStore for PostgresStore {
             .map_err(backend)?;
         }
         tx.commit().await.map_err(backend)
+        })
+        .await
     }
 
     async fn seal(&self, job: i64, now_ms: i64) -> Result<JobRow, StoreError> {
@@ -807,25 +901,13 @@ impl JobStore for PostgresStore {
     }
 
     async fn expire(&self, before_ms: i64) -> Result<usize, StoreError> {
-        let client = self.client().await?;
-        let n = client
-            .execute(
-                "DELETE FROM colball_jobs WHERE state IN (3, 4, 5) \
-                 AND finished_ms > 0 AND finished_ms < $1",
-                &[&before_ms],
-            )
-            .await
-            .map_err(backend)?;
-        Ok(n as usize)
+        let pick = "state IN (3, 4, 5) AND finished_ms > 0 AND finished_ms < $1";
+        Ok(self.delete_picked(pick, &[&before_ms], true).await? as usize)
     }
 
     async fn delete(&self, job: i64) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        client
-            .execute("DELETE FROM colball_jobs WHERE seq = $1", &[&job])
-            .await
-            .map_err(backend)?;
-        self.hint_jobs(&client).await
+        self.delete_picked("seq = $1", &[&job], false).await?;
+        Ok(())
     }
 
     async fn job(&self, job: i64) -> Result<Option<JobRow>, StoreError> {
@@ -998,8 +1080,10 @@ impl SharedStore for PostgresStore {
                 if complete.is_some() {
                     client
                         .execute(
-                            "UPDATE colball_windows SET done = true, holder = NULL, lease_until = NULL \
-                             WHERE job = $1 AND NOT done",
+                            &ordered(
+                                "done = true, holder = NULL, lease_until = NULL",
+                                "job = $1 AND NOT done",
+                            ),
                             &[&job],
                         )
                         .await
@@ -1053,37 +1137,42 @@ impl SharedStore for PostgresStore {
     }
 
     async fn release(&self, job: i64, holder: &str) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        client
-            .execute(
-                "UPDATE colball_windows SET holder = NULL, lease_until = NULL \
-                 WHERE job = $1 AND holder = $2 AND NOT done",
-                &[&job, &holder],
-            )
-            .await
-            .map_err(backend)?;
+        let sql = ordered(
+            "holder = NULL, lease_until = NULL",
+            "job = $1 AND holder = $2 AND NOT done",
+        );
+        resolving(|| async {
+            let client = self.client().await?;
+            client
+                .execute(&sql, &[&job, &holder])
+                .await
+                .map_err(backend)
+        })
+        .await?;
         Ok(())
     }
 
     async fn renew(&self, holder: &str, lease: Duration) -> Result<u64, StoreError> {
-        let client = self.client().await?;
         let lease = lease.as_secs_f64();
-        client
-            .execute(
-                "UPDATE colball_jobs SET upload_until = now() + make_interval(secs => $2) \
-                 WHERE uploader = $1 AND state = 0",
-                &[&self.holder, &lease],
-            )
-            .await
-            .map_err(backend)?;
-        client
-            .execute(
-                "UPDATE colball_windows SET lease_until = now() + make_interval(secs => $2) \
-                 WHERE holder = $1 AND NOT done",
-                &[&holder, &lease],
-            )
-            .await
-            .map_err(backend)
+        let uploads = "UPDATE colball_jobs j SET upload_until = now() + make_interval(secs => $2) \
+             FROM (SELECT seq FROM colball_jobs WHERE uploader = $1 AND state = 0 \
+                   ORDER BY seq FOR UPDATE) o WHERE j.seq = o.seq";
+        let windows = ordered(
+            "lease_until = now() + make_interval(secs => $2)",
+            "holder = $1 AND NOT done",
+        );
+        resolving(|| async {
+            let client = self.client().await?;
+            client
+                .execute(uploads, &[&self.holder, &lease])
+                .await
+                .map_err(backend)?;
+            client
+                .execute(&windows, &[&holder, &lease])
+                .await
+                .map_err(backend)
+        })
+        .await
     }
 
     async fn complete(&self, job: i64, now_ms: i64) -> Result<bool, StoreError> {
@@ -1127,22 +1216,18 @@ impl SharedStore for PostgresStore {
     }
 
     async fn rescue(&self) -> Result<Rescued, StoreError> {
-        let client = self.client().await?;
-        let windows = client
-            .execute(
-                "UPDATE colball_windows SET holder = NULL, lease_until = NULL \
-                 WHERE holder IS NOT NULL AND NOT done AND lease_until < now()",
-                &[],
-            )
-            .await
-            .map_err(backend)?;
-        let uploads = client
-            .execute(
-                "DELETE FROM colball_jobs WHERE state = 0 AND upload_until < now()",
-                &[],
-            )
-            .await
-            .map_err(backend)?;
+        let sql = ordered(
+            "holder = NULL, lease_until = NULL",
+            "holder IS NOT NULL AND NOT done AND lease_until < now()",
+        );
+        let windows = resolving(|| async {
+            let client = self.client().await?;
+            client.execute(&sql, &[]).await.map_err(backend)
+        })
+        .await?;
+        let uploads = self
+            .delete_picked("state = 0 AND upload_until < now()", &[], true)
+            .await?;
         Ok(Rescued { windows, uploads })
     }
 
@@ -1316,6 +1401,49 @@ mod tests {
         while !other.leading() {
             assert!(tokio::time::Instant::now() < deadline, "no new leader");
             tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Two coordinators delete, expire, renew, release and claim windows
+    /// of the same jobs at once: every call succeeds (the statements that
+    /// lock several rows lock them in one order, and a conflict the server
+    /// still rolls back is tried again).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_deletes_renewals_and_claims_all_succeed() {
+        let server = tokio::task::spawn_blocking(TempPostgres::start)
+            .await
+            .unwrap();
+        let url = server.database("concurrent");
+        let a = PostgresStore::connect(&url, None).await.unwrap();
+        let b = PostgresStore::connect(&url, None).await.unwrap();
+        let lease = Duration::from_secs(30);
+        let puzzles = entries(WINDOW + 10);
+        for round in 0..8 {
+            let mut jobs = Vec::new();
+            for _ in 0..3 {
+                let job = a.create(new_job("alice")).await.unwrap();
+                a.add(job, 0, puzzles.clone()).await.unwrap();
+                a.seal(job, 1).await.unwrap();
+                a.claim(job, "a", lease).await.unwrap();
+                b.claim(job, "b", lease).await.unwrap();
+                jobs.push(job);
+            }
+            a.set_state(jobs[2], JobState::Done, "", 1).await.unwrap();
+            let (deleted, expired, renewed_a, renewed_b, released, claimed) = tokio::join!(
+                a.delete(jobs[0]),
+                b.expire(2),
+                a.renew("a", lease),
+                b.renew("b", lease),
+                b.release(jobs[1], "b"),
+                a.claim(jobs[1], "a", lease),
+            );
+            deleted.unwrap_or_else(|e| panic!("round {round}: delete: {e}"));
+            assert_eq!(expired.unwrap(), 1, "round {round}");
+            renewed_a.unwrap_or_else(|e| panic!("round {round}: renew: {e}"));
+            renewed_b.unwrap_or_else(|e| panic!("round {round}: renew: {e}"));
+            released.unwrap_or_else(|e| panic!("round {round}: release: {e}"));
+            claimed.unwrap_or_else(|e| panic!("round {round}: claim: {e}"));
+            a.delete(jobs[1]).await.unwrap();
         }
     }
 }
