@@ -70,6 +70,12 @@ const LEADER_LOCK: i64 = 0x636f_6c62_616c_6c02;
 /// one's end.
 const LEADER_TRY: Duration = Duration::from_secs(1);
 
+/// The first key of the session advisory lock each coordinator holds
+/// while it lives (the second is its own, [`PostgresStore::holder_key`]):
+/// a window whose holder's lock is gone (its process died, so its
+/// connection closed) is free at once, without waiting for its lease.
+const LIVE_CLASS: i32 = 0x636f_6c62;
+
 /// The channel of the hints between coordinators.
 const CHANNEL: &str = "colball";
 
@@ -121,12 +127,26 @@ CREATE TABLE colball_windows (
     PRIMARY KEY (job, win)
 );
 CREATE INDEX colball_windows_held ON colball_windows (holder) WHERE holder IS NOT NULL;
+ALTER TABLE colball_windows ADD COLUMN holder_key bigint;
 ALTER TABLE colball_jobs ADD COLUMN uploader text, ADD COLUMN upload_until timestamptz;
 INSERT INTO colball_windows (job, win)
     SELECT seq, generate_series(0, (puzzles - 1) / 8192) FROM colball_jobs
     WHERE puzzles > 0 AND state IN (0, 1, 2);
 ",
 ];
+
+/// The keys of the coordinators alive now (a common table expression:
+/// their live locks, [`LIVE_CLASS`]).
+const LIVE_KEYS: &str = "live AS (SELECT objid::bigint AS key FROM pg_locks \
+     WHERE locktype = 'advisory' AND objsubid = 2 AND classid = 1668246626 AND granted \
+       AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))";
+
+/// Whether a window may be claimed: nobody holds it, its lease ran out,
+/// or its holder is dead (no live lock), as a condition (with [`LIVE_KEYS`]).
+const WINDOW_FREE: &str = "holder IS NULL OR lease_until < now() \
+     OR holder_key IS NULL OR holder_key NOT IN (SELECT key FROM live)";
+
+const _: () = assert!(LIVE_CLASS == 1668246626);
 
 // The SQL below spells the window's size out.
 const _: () = assert!(WINDOW == 8192);
@@ -167,6 +187,10 @@ pub struct PostgresStore {
     leading: Arc<AtomicBool>,
     /// This process's name in claims and uploads: unique to it.
     holder: String,
+    /// The second key of this process's live lock ([`LIVE_CLASS`]).
+    holder_key: i32,
+    /// Whether its session holds the live lock now: it claims only then.
+    alive: Arc<AtomicBool>,
     /// Ends the session with the store.
     _session: DropGuard,
 }
@@ -310,19 +334,28 @@ impl PostgresStore {
         let instance = migrate(&mut client).await.map_err(open)?;
         drop(client);
         let wakes = broadcast::channel(1024).0;
-        let leading = Arc::new(AtomicBool::new(false));
         let stop = CancellationToken::new();
-        tokio::spawn(session(
-            config,
-            wakes.clone(),
-            leading.clone(),
-            stop.clone(),
-        ));
+        let holder_key = rand::random::<i32>() & i32::MAX;
+        let me = Session {
+            wakes: wakes.clone(),
+            leading: Arc::new(AtomicBool::new(false)),
+            alive: Arc::new(AtomicBool::new(false)),
+            holder_key,
+        };
+        let (leading, alive) = (me.leading.clone(), me.alive.clone());
+        tokio::spawn(session(config, me, stop.clone()));
+        // Its first claims wait for the live lock: give the session a moment.
+        let ready = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !alive.load(Ordering::Relaxed) && tokio::time::Instant::now() < ready {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         Ok(PostgresStore {
             pool,
             instance,
             cap,
             holder: super::holder_name(),
+            holder_key,
+            alive,
             wakes,
             leading,
             _session: stop.drop_guard(),
@@ -528,27 +561,32 @@ async fn migrate(client: &mut deadpool_postgres::Object) -> Result<String, Failu
     Ok(instance)
 }
 
+/// What a coordinator's session keeps up: the hints it passes on, whether
+/// it leads, whether it holds its live lock, and that lock's key.
+struct Session {
+    wakes: broadcast::Sender<Wake>,
+    leading: Arc<AtomicBool>,
+    alive: Arc<AtomicBool>,
+    holder_key: i32,
+}
+
 /// A coordinator's session with the store, for as long as the store
 /// lives: connected again and again (100 ms doubling to 5 s between
 /// tries) while the database is unreachable.
-async fn session(
-    config: tokio_postgres::Config,
-    wakes: broadcast::Sender<Wake>,
-    leading: Arc<AtomicBool>,
-    stop: CancellationToken,
-) {
+async fn session(config: tokio_postgres::Config, me: Session, stop: CancellationToken) {
     let mut pause = Duration::from_millis(100);
     loop {
         let began = tokio::time::Instant::now();
         tokio::select! {
-            ended = session_once(&config, &wakes, &leading) => {
+            ended = session_once(&config, &me) => {
                 if let Err(e) = ended {
                     tracing::debug!(error = %Failure::from(e).0, "the job store's session ended");
                 }
             }
             () = stop.cancelled() => return,
         }
-        if leading.swap(false, Ordering::Relaxed) {
+        me.alive.store(false, Ordering::Relaxed);
+        if me.leading.swap(false, Ordering::Relaxed) {
             tracing::warn!("no longer leading the job store's maintenance: its session ended");
         }
         if began.elapsed() > Duration::from_secs(10) {
@@ -562,14 +600,15 @@ async fn session(
     }
 }
 
-/// One connection of [`session`]: listens for hints and passes them on,
-/// and tries for the leader's lock every [`LEADER_TRY`] until it holds
-/// it (then checks that its connection lives). Ends with the connection.
+/// One connection of [`session`]: takes its live lock, listens for hints
+/// and passes them on, and tries for the leader's lock every
+/// [`LEADER_TRY`] until it holds it (then checks that its connection
+/// lives). Ends with the connection.
 async fn session_once(
     config: &tokio_postgres::Config,
-    wakes: &broadcast::Sender<Wake>,
-    leading: &AtomicBool,
+    me: &Session,
 ) -> Result<(), tokio_postgres::Error> {
+    let (wakes, leading) = (&me.wakes, &*me.leading);
     let (client, mut connection) = config.connect(NoTls).await?;
     let (tx, mut hints) = mpsc::unbounded_channel();
     // The connection is driven here, its notifications passed on.
@@ -586,6 +625,19 @@ async fn session_once(
         }
     };
     let work = async {
+        let live: bool = client
+            .query_one(
+                "SELECT pg_try_advisory_lock($1, $2)",
+                &[&LIVE_CLASS, &me.holder_key],
+            )
+            .await?
+            .get(0);
+        if !live {
+            // Another process drew the same key (one chance in 2^31): this
+            // one claims nothing until a session of it holds the lock.
+            tracing::warn!("the job store's live lock of this coordinator is held by another");
+        }
+        me.alive.store(live, Ordering::Relaxed);
         client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
         // Whatever was missed while not listening: look again.
         let _ = wakes.send(Wake::Jobs);
@@ -1048,21 +1100,27 @@ impl JobStore for PostgresStore {
 #[async_trait]
 impl SharedStore for PostgresStore {
     async fn claim(&self, job: i64, holder: &str, lease: Duration) -> Result<Claim, StoreError> {
+        if !self.alive.load(Ordering::Relaxed) {
+            // Until the session holds the live lock, a claim would look
+            // dead to the others at once.
+            return Ok(Claim::Busy);
+        }
         let client = self.client().await?;
         let lease = lease.as_secs_f64();
+        let key = i64::from(self.holder_key);
+        let sql = format!(
+            "WITH {LIVE_KEYS}, free AS ( \
+               SELECT win, holder FROM colball_windows \
+               WHERE job = $1 AND NOT done AND ({WINDOW_FREE}) \
+               ORDER BY win LIMIT 1 FOR UPDATE SKIP LOCKED) \
+             UPDATE colball_windows w SET holder = $2, holder_key = $4, \
+               lease_until = now() + make_interval(secs => $3) \
+             FROM free WHERE w.job = $1 AND w.win = free.win \
+             RETURNING w.win, free.holder"
+        );
         loop {
             let claimed = client
-                .query_opt(
-                    "WITH free AS ( \
-                       SELECT win, holder FROM colball_windows \
-                       WHERE job = $1 AND NOT done AND (holder IS NULL OR lease_until < now()) \
-                       ORDER BY win LIMIT 1 FOR UPDATE SKIP LOCKED) \
-                     UPDATE colball_windows w SET holder = $2, \
-                       lease_until = now() + make_interval(secs => $3) \
-                     FROM free WHERE w.job = $1 AND w.win = free.win \
-                     RETURNING w.win, free.holder",
-                    &[&job, &holder, &lease],
-                )
+                .query_opt(&sql, &[&job, &holder, &lease, &key])
                 .await
                 .map_err(backend)?;
             let Some(claimed) = claimed else {
@@ -1216,9 +1274,12 @@ impl SharedStore for PostgresStore {
     }
 
     async fn rescue(&self) -> Result<Rescued, StoreError> {
-        let sql = ordered(
-            "holder = NULL, lease_until = NULL",
-            "holder IS NOT NULL AND NOT done AND lease_until < now()",
+        let sql = format!(
+            "WITH {LIVE_KEYS} {}",
+            ordered(
+                "holder = NULL, holder_key = NULL, lease_until = NULL",
+                &format!("holder IS NOT NULL AND NOT done AND ({WINDOW_FREE})"),
+            )
         );
         let windows = resolving(|| async {
             let client = self.client().await?;
@@ -1386,6 +1447,37 @@ mod tests {
         );
         assert!(a.job(abandoned).await.unwrap().is_none());
         assert!(a.job(kept).await.unwrap().is_some());
+
+        // A coordinator that dies (its connections close) lets go of its
+        // windows at once, long before their lease runs out.
+        let c = PostgresStore::connect(&url, None).await.unwrap();
+        let orphan = c.create(new_job("carol")).await.unwrap();
+        c.add(orphan, 0, entries(10)).await.unwrap();
+        c.seal(orphan, 1).await.unwrap();
+        let long = Duration::from_secs(600);
+        assert_eq!(
+            window(c.claim(orphan, "c", long).await.unwrap()),
+            (0, 10, false)
+        );
+        assert!(matches!(
+            b.claim(orphan, "b", long).await.unwrap(),
+            Claim::Busy
+        ));
+        drop(c);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let taken = loop {
+            match b.claim(orphan, "b", long).await.unwrap() {
+                Claim::Window { took_over, .. } => break took_over,
+                _ => {
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "the dead one's window is still held"
+                    );
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        };
+        assert!(taken);
 
         // One leader; when it goes, the other leads.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
