@@ -18,6 +18,13 @@
 //! once A holds a window, A is SIGKILLed, and the time from the kill until
 //! the job is done (B takes A's window over when its lease runs out) is
 //! printed against the lease (`--job-lease-secs`, `LEASE` default 10).
+//!
+//! **A result cache in the database.** What sharing answers through the
+//! database would cost: 100,000 answers stored by arrays and looked up
+//! 1,024 keys a query, the database's CPU and the wall time an answer,
+//! beside a worker thread's time to solve a 3x3 and a 4x4 puzzle.
+//!
+//! `PARTS` (default `throughput,takeover,cache`) picks the parts.
 
 #![allow(clippy::unwrap_used)] // a benchmark: a failed unwrap is a failed run
 
@@ -178,10 +185,87 @@ async fn takeover(answers: &Arc<Answers>, puzzles: &[(String, Puzzle)], lease: &
     took
 }
 
+/// What a result cache in the database would cost, against what a hit
+/// saves: answers stored and looked up by arrays (as the job store
+/// writes), `CACHE_ENTRIES` (default 100,000) of them, looked up 1,024 at a
+/// time; the database's CPU and the wall time a key, beside the time a
+/// worker thread takes to solve a puzzle of each size.
+async fn shared_cache_costs(puzzles: &[(String, Puzzle)]) {
+    let db = Database::start();
+    let (client, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute("CREATE TABLE answers (key bigint PRIMARY KEY, body bytea NOT NULL)")
+        .await
+        .unwrap();
+    let keys: Vec<i64> = puzzles
+        .iter()
+        .map(|(_, p)| (i64::from(p.start().packed()) << 32) | i64::from(p.target().packed()))
+        .collect();
+    let body = vec![0u8; 24];
+    let cpu = sim::tree_cpu_seconds(db.server.pid());
+    let began = Instant::now();
+    for chunk in keys.chunks(4096) {
+        let bodies: Vec<&[u8]> = chunk.iter().map(|_| body.as_slice()).collect();
+        client
+            .execute(
+                "INSERT INTO answers SELECT * FROM unnest($1::bigint[], $2::bytea[]) ON CONFLICT DO NOTHING",
+                &[&chunk, &bodies],
+            )
+            .await
+            .unwrap();
+    }
+    let n = keys.len() as f64;
+    let put = (
+        1e6 * began.elapsed().as_secs_f64() / n,
+        1e6 * (sim::tree_cpu_seconds(db.server.pid()) - cpu) / n,
+    );
+    let cpu = sim::tree_cpu_seconds(db.server.pid());
+    let began = Instant::now();
+    let mut found = 0;
+    for chunk in keys.chunks(1024) {
+        found += client
+            .query("SELECT key, body FROM answers WHERE key = ANY($1)", &[&chunk])
+            .await
+            .unwrap()
+            .len();
+    }
+    assert_eq!(found, keys.len());
+    let get = (
+        1e6 * began.elapsed().as_secs_f64() / n,
+        1e6 * (sim::tree_cpu_seconds(db.server.pid()) - cpu) / n,
+    );
+    println!(
+        "\na result cache in the database, {} answers: stored {:.2} us wall and {:.2} us of the database's CPU an answer; looked up {:.2} us wall and {:.2} us of its CPU a key (1,024 a query)",
+        keys.len(),
+        put.0,
+        put.1,
+        get.0,
+        get.1
+    );
+    for (size, count) in [("3x3", 20_000), ("4x4", 300)] {
+        let (r, c) = size.split_once('x').unwrap();
+        let size = Size::new(r.parse().unwrap(), c.parse().unwrap()).unwrap();
+        let set = batch(10, size, count);
+        let mut search = colball_solver::BidirSearch::new();
+        let began = Instant::now();
+        for (_, p) in &set {
+            std::hint::black_box(search.solve(p).answer());
+        }
+        println!(
+            "  a worker thread solves a {size} puzzle in {:.2} us",
+            1e6 * began.elapsed().as_secs_f64() / count as f64
+        );
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let count = env("PUZZLES", 240_000);
     let rounds = env("ROUNDS", 2).max(1);
+    let parts = std::env::var("PARTS").unwrap_or_else(|_| "throughput,takeover,cache".into());
     let counts: Vec<usize> = std::env::var("COORDINATORS")
         .unwrap_or_else(|_| "1,2,3".into())
         .split(',')
@@ -198,33 +282,39 @@ async fn main() {
         .cloned()
         .collect();
     let answers = Arc::new(answers(&all));
-    println!(
-        "{count} 3x3 puzzles in {} jobs, {} simulated sessions a coordinator, one PostgreSQL\n",
-        env("JOBS", 6),
-        env("SESSIONS", 10)
-    );
-    println!(
-        "| coordinators | puzzles/s | coordinators' CPU a puzzle | statements a puzzle | rows a puzzle | transactions a puzzle | database CPU a puzzle | windows claimed |"
-    );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for round in 0..rounds {
-        // Alternating order, so that a host speeding up or slowing down
-        // favours none.
-        let mut order = counts.clone();
-        if round % 2 == 1 {
-            order.reverse();
-        }
-        for &k in &order {
-            throughput(k, &answers, &puzzles, &warm).await;
+    if parts.contains("throughput") {
+        println!(
+            "{count} 3x3 puzzles in {} jobs, {} simulated sessions a coordinator, one PostgreSQL\n",
+            env("JOBS", 6),
+            env("SESSIONS", 10)
+        );
+        println!(
+            "| coordinators | puzzles/s | coordinators' CPU a puzzle | statements a puzzle | rows a puzzle | transactions a puzzle | database CPU a puzzle | windows claimed |"
+        );
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for round in 0..rounds {
+            // Alternating order, so that a host speeding up or slowing
+            // down favours none.
+            let mut order = counts.clone();
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            for &k in &order {
+                throughput(k, &answers, &puzzles, &warm).await;
+            }
         }
     }
-    let lease = env("LEASE", 10).to_string();
-    println!("\ntakeover after a SIGKILL, lease {lease} s:");
-    for round in 0..rounds {
-        let took = takeover(&answers, &window_jobs, &lease).await;
-        println!(
-            "  round {}: the job done {took:.2} s after the kill",
-            round + 1
-        );
+    if parts.contains("takeover") {
+        let lease = env("LEASE", 10).to_string();
+        println!("\ntakeover after a SIGKILL, lease {lease} s:");
+        for round in 0..rounds {
+            let took = takeover(&answers, &window_jobs, &lease).await;
+            println!("  round {}: the job done {took:.2} s after the kill", round + 1);
+        }
+    }
+    if parts.contains("cache") {
+        for _ in 0..rounds {
+            shared_cache_costs(&puzzles[..count.min(100_000)]).await;
+        }
     }
 }
