@@ -227,7 +227,10 @@ async fn shared_cache_costs(puzzles: &[(String, Puzzle)]) {
     let mut found = 0;
     for chunk in keys.chunks(1024) {
         found += client
-            .query("SELECT key, body FROM answers WHERE key = ANY($1)", &[&chunk])
+            .query(
+                "SELECT key, body FROM answers WHERE key = ANY($1)",
+                &[&chunk],
+            )
             .await
             .unwrap()
             .len();
@@ -309,7 +312,10 @@ async fn main() {
         println!("\ntakeover after a SIGKILL, lease {lease} s:");
         for round in 0..rounds {
             let took = takeover(&answers, &window_jobs, &lease).await;
-            println!("  round {}: the job done {took:.2} s after the kill", round + 1);
+            println!(
+                "  round {}: the job done {took:.2} s after the kill",
+                round + 1
+            );
         }
     }
     if parts.contains("cache") {
