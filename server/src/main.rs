@@ -113,7 +113,9 @@ struct CoordinatorArgs {
     data_dir: Option<PathBuf>,
     /// Keep durable jobs in PostgreSQL instead:
     /// postgres://USER[:PASSWORD]@HOST:PORT/DB (the password, if not in
-    /// the URL, from PGPASSWORD). Never logged. Any number of
+    /// the URL, from PGPASSWORD). Never logged. ?sslmode=require for TLS,
+    /// the server verified against PGSSLROOTCERT (a PEM file) or the web's
+    /// roots. Any number of
     /// coordinators may share the database: each runs every job's
     /// windows it claims, and serves every job.
     #[arg(

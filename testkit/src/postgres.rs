@@ -43,6 +43,25 @@ impl TempPostgres {
     /// [`Self::start`] with server settings (`NAME=VALUE`, as `-c` takes
     /// them), for example `shared_preload_libraries=pg_stat_statements`.
     pub fn start_with(settings: &[&str]) -> TempPostgres {
+        TempPostgres::start_with_files(settings, &[])
+    }
+
+    /// [`Self::start`] serving TLS (besides plain connections) with this
+    /// certificate and key (PEM).
+    pub fn start_tls(cert: &str, key: &str) -> TempPostgres {
+        TempPostgres::start_with_files(
+            &[
+                "ssl=on",
+                "ssl_cert_file=server.crt",
+                "ssl_key_file=server.key",
+            ],
+            &[("server.crt", cert), ("server.key", key)],
+        )
+    }
+
+    /// [`Self::start_with`], and these files written into its data
+    /// directory (the server's own, mode 0600) before it starts.
+    fn start_with_files(settings: &[&str], files: &[(&str, &str)]) -> TempPostgres {
         static N: AtomicU32 = AtomicU32::new(0);
         let bin = bin_dir();
         let owner = owner();
@@ -65,6 +84,16 @@ impl TempPostgres {
             .status()
             .expect("run initdb");
         assert!(status.success(), "initdb failed: {status}");
+        for (name, text) in files {
+            use std::os::unix::fs::PermissionsExt;
+            let path = dir.join("data").join(name);
+            std::fs::write(&path, text).expect("write a server file");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                .expect("make it the server's alone");
+            if let Some((uid, gid)) = owner {
+                std::os::unix::fs::chown(&path, Some(uid), Some(gid)).expect("give it to postgres");
+            }
+        }
         let mut pg = TempPostgres {
             proc: None,
             bin,

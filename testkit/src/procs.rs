@@ -108,8 +108,20 @@ pub fn coordinator_beating(
     heartbeat_ms: u64,
     extra: &[&str],
 ) -> Coordinator {
+    coordinator_env(bin, listen, heartbeat_ms, extra, &[])
+}
+
+/// [`coordinator_beating`] with these environment variables set.
+pub fn coordinator_env(
+    bin: &Path,
+    listen: &str,
+    heartbeat_ms: u64,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Coordinator {
     let heartbeat_ms = heartbeat_ms.to_string();
     let mut child = command(bin, "warn")
+        .envs(env.iter().copied())
         .args([
             "coordinator",
             "--listen",

@@ -245,6 +245,65 @@ async fn a_job_on_postgres_rides_through_the_database_restarting() {
     assert_eq!(job.solved + job.errors, puzzles.len() as u64);
 }
 
+/// A store URL with `sslmode=require` connects in TLS, verifying the
+/// server's certificate against `PGSSLROOTCERT`: a job runs, and the
+/// server sees the coordinator's connections encrypted. Without the CA
+/// (the web's roots), the certificate is refused and the start fails,
+/// naming the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_store_in_tls_verifies_the_server_and_runs_jobs() {
+    let pki = colball_testkit::pki::Pki::new();
+    let ca = pki.write("pg-tls").join("ca.pem");
+    let (cert, key) = (pki.cert.clone(), pki.key.clone());
+    let server = tokio::task::spawn_blocking(move || TempPostgres::start_tls(&cert, &key))
+        .await
+        .unwrap();
+    let url = format!("{}?sslmode=require", server.database("tls"));
+    let ca_env = [("PGSSLROOTCERT", ca.to_str().unwrap())];
+    let c = procs::coordinator_env(
+        Path::new(BIN),
+        "127.0.0.1:0",
+        200,
+        &["--store", &url],
+        &ca_env,
+    );
+    let _w = procs::worker(Path::new(BIN), &c.url, "w0", Stderr::Quiet, &[]);
+    wait_metric(&c.http, "workers", |n| n == 1).await;
+    let (puzzles, answers) = mixed(47, 300, 10);
+    let mut jobs = Jobs::connect(&c.url, &Security::default()).await.unwrap();
+    let id = jobs.submit(&puzzles, None, "").await.unwrap().id;
+    let seen = read(&mut jobs, &id, 0, true, usize::MAX).await;
+    assert_eq!(seen.iter().map(moves).collect::<Vec<_>>(), answers);
+    let (client, connection) = tokio_postgres::connect(&server.url("tls"), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let row = client
+        .query_one(
+            "SELECT count(*) FILTER (WHERE s.ssl), count(*) FILTER (WHERE NOT s.ssl) \
+             FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+             WHERE a.datname = 'tls' AND a.pid <> pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (encrypted, plain): (i64, i64) = (row.get(0), row.get(1));
+    assert!(encrypted >= 2, "{encrypted} connections in TLS");
+    assert_eq!(plain, 0, "the coordinator's connections are all in TLS");
+    // The web's roots do not know the test's CA: refused, naming it.
+    let out = std::process::Command::new(BIN)
+        .args(["coordinator", "--listen", "127.0.0.1:0", "--store", &url])
+        .env_remove("PGSSLROOTCERT")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("\"tls\" on 127.0.0.1") && stderr.contains("certificate"),
+        "{stderr}"
+    );
+}
+
 /// A coordinator whose database cannot be used exits 1 at start, saying
 /// which host and database (never the password) and why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -44,8 +44,10 @@ use colball_proto::{egress, v1};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use ecow::EcoString;
 use tokio::sync::{broadcast, mpsc};
+use tokio_postgres::AsyncMessage;
+use tokio_postgres::config::SslMode;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres_rustls::MakeRustlsConnect;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::sqlite::layout::{pack_puzzle, unpack_puzzle};
@@ -275,6 +277,39 @@ impl From<deadpool_postgres::BuildError> for Failure {
     }
 }
 
+/// TLS to the database, used when the URL's `sslmode` is `prefer` or
+/// `require`: the server's certificate is always verified (libpq's
+/// `verify-full`), against the PEM file `PGSSLROOTCERT` names (libpq's
+/// variable), else the web's root authorities.
+fn tls_connector() -> Result<MakeRustlsConnect, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    match std::env::var_os("PGSSLROOTCERT") {
+        Some(path) => {
+            let shown = std::path::Path::new(&path).display().to_string();
+            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&path)
+                .and_then(|certs| certs.collect::<Result<_, _>>())
+                .map_err(|e| {
+                    format!("PGSSLROOTCERT {shown}: not a PEM file of certificates: {e}")
+                })?;
+            let (added, _) = roots.add_parsable_certificates(certs);
+            if added == 0 {
+                return Err(format!("PGSSLROOTCERT {shown}: holds no certificate"));
+            }
+        }
+        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(MakeRustlsConnect::new(config))
+}
+
 /// Where a URL points, for messages: host, port and database, never the
 /// password.
 pub fn describe(config: &tokio_postgres::Config) -> String {
@@ -319,9 +354,17 @@ impl PostgresStore {
             path: target.clone(),
             reason: reason.0,
         };
+        if !url.contains("sslmode=") {
+            // As libpq's "disable": a URL that names no sslmode is plain.
+            config.ssl_mode(SslMode::Disable);
+        }
+        let tls = tls_connector().map_err(|reason| StoreError::Open {
+            path: target.clone(),
+            reason,
+        })?;
         let manager = Manager::from_config(
             config.clone(),
-            NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -343,7 +386,7 @@ impl PostgresStore {
             holder_key,
         };
         let (leading, alive) = (me.leading.clone(), me.alive.clone());
-        tokio::spawn(session(config, me, stop.clone()));
+        tokio::spawn(session(config, tls, me, stop.clone()));
         // Its first claims wait for the live lock: give the session a moment.
         let ready = tokio::time::Instant::now() + Duration::from_secs(5);
         while !alive.load(Ordering::Relaxed) && tokio::time::Instant::now() < ready {
@@ -573,12 +616,17 @@ struct Session {
 /// A coordinator's session with the store, for as long as the store
 /// lives: connected again and again (100 ms doubling to 5 s between
 /// tries) while the database is unreachable.
-async fn session(config: tokio_postgres::Config, me: Session, stop: CancellationToken) {
+async fn session(
+    config: tokio_postgres::Config,
+    tls: MakeRustlsConnect,
+    me: Session,
+    stop: CancellationToken,
+) {
     let mut pause = Duration::from_millis(100);
     loop {
         let began = tokio::time::Instant::now();
         tokio::select! {
-            ended = session_once(&config, &me) => {
+            ended = session_once(&config, &tls, &me) => {
                 if let Err(e) = ended {
                     tracing::debug!(error = %Failure::from(e).0, "the job store's session ended");
                 }
@@ -606,10 +654,11 @@ async fn session(config: tokio_postgres::Config, me: Session, stop: Cancellation
 /// lives). Ends with the connection.
 async fn session_once(
     config: &tokio_postgres::Config,
+    tls: &MakeRustlsConnect,
     me: &Session,
 ) -> Result<(), tokio_postgres::Error> {
     let (wakes, leading) = (&me.wakes, &*me.leading);
-    let (client, mut connection) = config.connect(NoTls).await?;
+    let (client, mut connection) = config.connect(tls.clone()).await?;
     let (tx, mut hints) = mpsc::unbounded_channel();
     // The connection is driven here, its notifications passed on.
     let drive = async move {
