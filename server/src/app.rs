@@ -31,12 +31,12 @@ impl App {
     /// (PostgreSQL with `--store`, SQLite on disk with `--data-dir`, else
     /// in memory) and starts the jobs (taking up unfinished ones).
     pub async fn start(config: Config, shutdown: CancellationToken) -> Result<App, StartError> {
-        let store = store::open(
-            config.store_url.as_ref().map(Secret::expose_str),
-            config.data_dir.as_deref(),
-            config.max_store_bytes,
-        )
-        .await?;
+        let place = store::Place {
+            url: config.store_url.as_ref().map(Secret::expose_str),
+            password: config.store_password.as_ref().map(Secret::expose_str),
+            data_dir: config.data_dir.as_deref(),
+        };
+        let store = store::open(place, config.max_store_bytes).await?;
         let scheduler = Shared::new(config, shutdown)?;
         let jobs = Jobs::start(scheduler.clone(), store, &scheduler.config);
         Ok(App { scheduler, jobs })

@@ -126,6 +126,16 @@ struct CoordinatorArgs {
         conflicts_with = "data_dir"
     )]
     store: Option<String>,
+    /// The --store database's password, from this file (before the URL's
+    /// and PGPASSWORD): a password kept out of the process's arguments and
+    /// environment.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "COLBALL_STORE_PASSWORD_FILE",
+        requires = "store"
+    )]
+    store_password_file: Option<PathBuf>,
     /// Most puzzles in one job (at most 4,294,967,295).
     #[arg(long, default_value_t = defaults().max_job_puzzles)]
     max_job_puzzles: usize,
@@ -375,6 +385,11 @@ impl TryFrom<&CoordinatorArgs> for coordinator::Config {
                 .as_deref()
                 .map(|url| Secret::new(url, "--store (or COLBALL_STORE)"))
                 .transpose()?,
+            store_password: Secret::from_sources(
+                None,
+                args.store_password_file.as_deref(),
+                "--store-password-file",
+            )?,
             max_job_puzzles: args.max_job_puzzles,
             job_retention: secs("--job-retention-hours", args.job_retention_hours * 3600.0)?,
             job_lease: secs("--job-lease-secs", args.job_lease_secs)?,

@@ -28,6 +28,9 @@ pub struct TempPostgres {
     owner: Option<(u32, u32)>,
     /// Server settings (`-c NAME=VALUE`) beyond the defaults.
     settings: Vec<String>,
+    /// The superuser's password over TCP, when the server asks for one
+    /// ([`Self::start_with_password`]; trust otherwise).
+    password: Option<String>,
     pub port: u16,
 }
 
@@ -43,7 +46,13 @@ impl TempPostgres {
     /// [`Self::start`] with server settings (`NAME=VALUE`, as `-c` takes
     /// them), for example `shared_preload_libraries=pg_stat_statements`.
     pub fn start_with(settings: &[&str]) -> TempPostgres {
-        TempPostgres::start_with_files(settings, &[])
+        TempPostgres::start_with_files(settings, &[], None)
+    }
+
+    /// [`Self::start`] asking for the superuser's password over TCP
+    /// (SCRAM), `password`.
+    pub fn start_with_password(password: &str) -> TempPostgres {
+        TempPostgres::start_with_files(&[], &[], Some(password))
     }
 
     /// [`Self::start`] serving TLS (besides plain connections) with this
@@ -56,12 +65,17 @@ impl TempPostgres {
                 "ssl_key_file=server.key",
             ],
             &[("server.crt", cert), ("server.key", key)],
+            None,
         )
     }
 
     /// [`Self::start_with`], and these files written into its data
     /// directory (the server's own, mode 0600) before it starts.
-    fn start_with_files(settings: &[&str], files: &[(&str, &str)]) -> TempPostgres {
+    fn start_with_files(
+        settings: &[&str],
+        files: &[(&str, &str)],
+        password: Option<&str>,
+    ) -> TempPostgres {
         static N: AtomicU32 = AtomicU32::new(0);
         let bin = bin_dir();
         let owner = owner();
@@ -75,8 +89,23 @@ impl TempPostgres {
         if let Some((uid, gid)) = owner {
             std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).expect("give it to postgres");
         }
-        let status = as_owner(Command::new(bin.join("initdb")), owner)
-            .args(["--no-sync", "--auth=trust", "--encoding=UTF8", "--locale=C"])
+        let mut initdb = as_owner(Command::new(bin.join("initdb")), owner);
+        match password {
+            None => initdb.arg("--auth=trust"),
+            Some(password) => {
+                let file = dir.join("pwfile");
+                std::fs::write(&file, password).expect("write the password file");
+                if let Some((uid, gid)) = owner {
+                    std::os::unix::fs::chown(&file, Some(uid), Some(gid))
+                        .expect("give it to postgres");
+                }
+                initdb
+                    .args(["--auth-local=trust", "--auth-host=scram-sha-256"])
+                    .arg(format!("--pwfile={}", file.display()))
+            }
+        };
+        let status = initdb
+            .args(["--no-sync", "--encoding=UTF8", "--locale=C"])
             .arg(format!("--username={USER}"))
             .arg("-D")
             .arg(dir.join("data"))
@@ -100,6 +129,7 @@ impl TempPostgres {
             dir,
             owner,
             settings: settings.iter().map(|s| s.to_string()).collect(),
+            password: password.map(String::from),
             port: free_port(),
         };
         pg.run();
@@ -158,7 +188,11 @@ impl TempPostgres {
 
     /// Creates database `db`; its URL.
     pub fn database(&self, db: &str) -> String {
-        let status = Command::new(self.bin.join("createdb"))
+        let mut createdb = Command::new(self.bin.join("createdb"));
+        if let Some(password) = &self.password {
+            createdb.env("PGPASSWORD", password);
+        }
+        let status = createdb
             .args([
                 "-h",
                 "127.0.0.1",

@@ -75,6 +75,9 @@ pub struct Config {
     pub data_dir: Option<std::path::PathBuf>,
     /// A PostgreSQL job store's URL (`--store`), instead of `data_dir`.
     pub store_url: Option<Secret>,
+    /// Its password (`--store-password-file`), before the URL's and
+    /// `PGPASSWORD`.
+    pub store_password: Option<Secret>,
     /// Most puzzles in one job.
     pub max_job_puzzles: usize,
     /// Finished jobs are deleted this long after they finished.
@@ -115,6 +118,7 @@ impl Default for Config {
             tls: None,
             data_dir: None,
             store_url: None,
+            store_password: None,
             max_job_puzzles: 10_000_000,
             job_retention: Duration::from_secs(168 * 3600),
             job_lease: Duration::from_secs(10),

@@ -304,6 +304,53 @@ async fn a_postgres_store_in_tls_verifies_the_server_and_runs_jobs() {
     );
 }
 
+/// A database that asks for a password: the coordinator reads it from
+/// `--store-password-file`, so it is in neither its arguments nor its
+/// environment; without it, the start fails naming the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_password_comes_from_its_file() {
+    const PASSWORD: &str = "s3cret-pw";
+    let server = tokio::task::spawn_blocking(|| TempPostgres::start_with_password(PASSWORD))
+        .await
+        .unwrap();
+    let url = server.database("locked");
+    let out = std::process::Command::new(BIN)
+        .args(["coordinator", "--listen", "127.0.0.1:0", "--store", &url])
+        .env_remove("PGPASSWORD")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("\"locked\"") && stderr.contains("password"),
+        "{stderr}"
+    );
+    let dir = std::env::temp_dir().join(format!("colball-pg-pw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("password");
+    std::fs::write(&file, format!("{PASSWORD}\n")).unwrap();
+    let flags = [
+        "--store",
+        &url,
+        "--store-password-file",
+        file.to_str().unwrap(),
+    ];
+    let c = procs::coordinator(Path::new(BIN), "127.0.0.1:0", &flags);
+    Jobs::connect(&c.url, &Security::default())
+        .await
+        .unwrap()
+        .probe()
+        .await
+        .unwrap();
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", c.proc.pid())).unwrap();
+    let environ = std::fs::read(format!("/proc/{}/environ", c.proc.pid())).unwrap();
+    for seen in [cmdline, environ] {
+        assert!(!String::from_utf8_lossy(&seen).contains(PASSWORD));
+    }
+    drop(c);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A coordinator whose database cannot be used exits 1 at start, saying
 /// which host and database (never the password) and why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -344,3 +344,32 @@ async fn job_results_wait_goes_on_with_the_next_coordinator() {
         "the job's results differ from in-process"
     );
 }
+
+/// Three coordinators started at once on a fresh database: the schema is
+/// made once (under its lock), all three serve, and a job submitted on one
+/// is read on another and seen done on the third.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coordinators_started_together_on_a_fresh_database_all_serve() {
+    let (_server, flags) = database("together").await;
+    let all: Vec<Coordinator> = std::thread::scope(|s| {
+        let started: Vec<_> = (0..3)
+            .map(|_| s.spawn(|| coordinator(&flags, &[])))
+            .collect();
+        started.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let _w = procs::worker(Path::new(BIN), &all[0].url, "w0", Stderr::Quiet, &[]);
+    wait_metric(&all[0].http, "workers", |n| n == 1).await;
+    let (small, answers) = mixed(50, 50, 0);
+    let id = jobs(&all[0])
+        .await
+        .submit(&small, None, "")
+        .await
+        .unwrap()
+        .id;
+    let seen = follow(&all[1], id.clone(), Arc::new(AtomicUsize::new(0)))
+        .await
+        .unwrap();
+    assert_eq!(seen.iter().map(moves).collect::<Vec<_>>(), answers);
+    let job = jobs(&all[2]).await.get(&id).await.unwrap();
+    assert_eq!(job.state, v1::JobState::Done as i32, "{}", job.failure);
+}

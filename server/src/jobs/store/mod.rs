@@ -356,17 +356,25 @@ pub trait JobStore: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<Vec<egress::PuzzleResult>, StoreError>;
 }
 
-/// The store for a coordinator: PostgreSQL at `url` when there is one,
-/// else SQLite in `data_dir` when there is one, else in memory; capped at
-/// twice `limit` (room for the results of jobs admitted under it).
-pub async fn open(
-    url: Option<&str>,
-    data_dir: Option<&Path>,
-    limit: Option<u64>,
-) -> Result<Arc<dyn JobStore>, StoreError> {
+/// Where a coordinator keeps its jobs: a PostgreSQL URL (and its
+/// password, from a file), else a data directory, else neither.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Place<'a> {
+    pub url: Option<&'a str>,
+    pub password: Option<&'a str>,
+    pub data_dir: Option<&'a Path>,
+}
+
+/// The store for a coordinator: PostgreSQL at `place.url` when there is
+/// one, else SQLite in `place.data_dir` when there is one, else in memory;
+/// capped at twice `limit` (room for the results of jobs admitted under
+/// it).
+pub async fn open(place: Place<'_>, limit: Option<u64>) -> Result<Arc<dyn JobStore>, StoreError> {
     let cap = limit.map(|l| l.saturating_mul(2));
-    Ok(match (url, data_dir) {
-        (Some(url), _) => Arc::new(postgres::PostgresStore::connect(url, cap).await?),
+    Ok(match (place.url, place.data_dir) {
+        (Some(url), _) => {
+            Arc::new(postgres::PostgresStore::connect_as(url, place.password, cap).await?)
+        }
         (None, Some(dir)) => Arc::new(sqlite::SqliteStore::open(Some(dir), cap)?),
         (None, None) => Arc::new(memory::MemoryStore::new(cap)),
     })

@@ -334,11 +334,23 @@ impl PostgresStore {
     /// `PGPASSWORD`), creates or migrates the schema, and reads the store's
     /// key. A store capped at `cap` bytes.
     pub async fn connect(url: &str, cap: Option<u64>) -> Result<PostgresStore, StoreError> {
+        PostgresStore::connect_as(url, None, cap).await
+    }
+
+    /// [`Self::connect`] with `password` (from `--store-password-file`)
+    /// before the URL's and `PGPASSWORD`.
+    pub async fn connect_as(
+        url: &str,
+        password: Option<&str>,
+        cap: Option<u64>,
+    ) -> Result<PostgresStore, StoreError> {
         let mut config = tokio_postgres::Config::from_str(url).map_err(|e| StoreError::Open {
             path: "the --store URL".into(),
             reason: format!("not a PostgreSQL URL: {e}"),
         })?;
-        if config.get_password().is_none()
+        if let Some(password) = password {
+            config.password(password);
+        } else if config.get_password().is_none()
             && let Ok(password) = std::env::var("PGPASSWORD")
         {
             config.password(password);
