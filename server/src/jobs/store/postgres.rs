@@ -1599,4 +1599,186 @@ mod tests {
             a.delete(jobs[1]).await.unwrap();
         }
     }
+
+    /// One step of two coordinators working one job's three windows.
+    #[derive(Clone, Debug)]
+    enum Step {
+        Claim(usize),
+        /// Every puzzle of window `.0` gets its result (solved by anyone).
+        Solve(u64),
+        Finish(usize, u64),
+        /// Coordinator `.0`'s leases run out.
+        Lapse(usize),
+        Renew(usize),
+        Release(usize),
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => (0..2usize).prop_map(Step::Claim),
+            2 => (0..3u64).prop_map(Step::Solve),
+            3 => (0..2usize, 0..3u64).prop_map(|(h, w)| Step::Finish(h, w)),
+            1 => (0..2usize).prop_map(Step::Lapse),
+            1 => (0..2usize).prop_map(Step::Renew),
+            1 => (0..2usize).prop_map(Step::Release),
+        ]
+    }
+
+    /// What the windows should be: for each, its holder (and whether its
+    /// lease is live), whether it is done, whether its results are stored.
+    #[derive(Clone, Debug, Default)]
+    struct Model {
+        holder: [Option<(usize, bool)>; 3],
+        done: [bool; 3],
+        solved: [bool; 3],
+    }
+
+    impl Model {
+        fn free(&self, w: usize) -> bool {
+            !self.done[w] && self.holder[w].is_none_or(|(_, live)| !live)
+        }
+
+        /// What a claim by `h` gives, as the store decides it.
+        fn claim(&mut self, h: usize) -> Result<(u64, bool), bool> {
+            for w in 0..3 {
+                if !self.free(w) {
+                    continue;
+                }
+                if self.solved[w] {
+                    self.done[w] = true;
+                    self.holder[w] = None;
+                    continue;
+                }
+                let took_over = self.holder[w].is_some_and(|(o, _)| o != h);
+                self.holder[w] = Some((h, true));
+                return Ok((w as u64, took_over));
+            }
+            if self.solved.iter().all(|s| *s) {
+                self.done = [true; 3];
+                self.holder = [None; 3];
+            }
+            // Err(true): every window done.
+            Err(self.done.iter().all(|d| *d))
+        }
+    }
+
+    /// Random sequences of claims, results, finishes, lapses, renewals and
+    /// releases by two coordinators on one job: after every step the
+    /// windows in the database are what the model says (holder, done), a
+    /// claim gives the window the model predicts (never one held under a
+    /// live lease), and a window is done only when each of its puzzles has
+    /// its result.
+    #[test]
+    fn window_claims_keep_their_invariants_over_random_steps() {
+        use proptest::test_runner::{Config, TestRunner};
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let server = TempPostgres::start();
+        let url = server.database("steps");
+        let stores = runtime.block_on(async {
+            [
+                PostgresStore::connect(&url, None).await.unwrap(),
+                PostgresStore::connect(&url, None).await.unwrap(),
+            ]
+        });
+        let names = ["a", "b"];
+        let n = 2 * WINDOW + 50;
+        let puzzles = entries(n);
+        let long = Duration::from_secs(60);
+        let mut runner = TestRunner::new(Config {
+            cases: 24,
+            ..Config::default()
+        });
+        let steps = proptest::collection::vec(step(), 1..40);
+        let outcome = runner.run(&steps, |steps| {
+            runtime.block_on(async {
+                let s = &stores;
+                let job = s[0].create(new_job("alice")).await.unwrap();
+                s[0].add(job, 0, puzzles.clone()).await.unwrap();
+                s[0].seal(job, 1).await.unwrap();
+                let mut model = Model::default();
+                for step in steps {
+                    match step {
+                        Step::Claim(h) => {
+                            let got = s[h].claim(job, names[h], long).await.unwrap();
+                            match (model.claim(h), got) {
+                                (Ok((w, over)), Claim::Window { win, took_over, .. }) => {
+                                    assert_eq!((win, took_over), (w, over), "{model:?}")
+                                }
+                                (Err(false), Claim::Busy) | (Err(true), Claim::Done) => {}
+                                (want, got) => panic!("claim: {want:?} wanted, {got:?}: {model:?}"),
+                            }
+                        }
+                        Step::Solve(w) => {
+                            let from = w * WINDOW as u64;
+                            let to = (from + WINDOW as u64).min(n as u64);
+                            let results = (from..to).map(|i| (job, solved(i))).collect();
+                            put(&s[0], results).await;
+                            model.solved[w as usize] = true;
+                        }
+                        Step::Finish(h, w) => {
+                            let i = w as usize;
+                            if model.holder[i].is_some_and(|(o, _)| o == h) {
+                                let done = s[h].finish(job, w, names[h]).await.unwrap();
+                                assert_eq!(done, model.solved[i], "{model:?}");
+                                model.done[i] |= done;
+                                model.holder[i] = None;
+                            }
+                        }
+                        Step::Lapse(h) => {
+                            s[h].renew(names[h], Duration::ZERO).await.unwrap();
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                            for slot in model.holder.iter_mut().flatten() {
+                                if slot.0 == h {
+                                    slot.1 = false;
+                                }
+                            }
+                        }
+                        Step::Renew(h) => {
+                            s[h].renew(names[h], long).await.unwrap();
+                            for (w, slot) in model.holder.iter_mut().enumerate() {
+                                if let Some((o, live)) = slot {
+                                    if *o == h && !model.done[w] {
+                                        *live = true;
+                                    }
+                                }
+                            }
+                        }
+                        Step::Release(h) => {
+                            s[h].release(job, names[h]).await.unwrap();
+                            for w in 0..3 {
+                                if model.holder[w].is_some_and(|(o, _)| o == h) && !model.done[w] {
+                                    model.holder[w] = None;
+                                }
+                            }
+                        }
+                    }
+                    let client = s[0].client().await.unwrap();
+                    let rows = client
+                        .query(
+                            "SELECT win, holder, done FROM colball_windows WHERE job = $1 ORDER BY win",
+                            &[&job],
+                        )
+                        .await
+                        .unwrap();
+                    for r in &rows {
+                        let w = r.get::<_, i64>(0) as usize;
+                        let holder: Option<String> = r.get(1);
+                        let done: bool = r.get(2);
+                        assert_eq!(done, model.done[w], "window {w}: {model:?}");
+                        assert!(!done || model.solved[w], "window {w} done without its results");
+                        let want = model.holder[w].map(|(h, _)| names[h].to_string());
+                        if !done {
+                            assert_eq!(holder, want, "window {w}: {model:?}");
+                        }
+                    }
+                }
+                s[0].delete(job).await.unwrap();
+            });
+            Ok(())
+        });
+        drop(stores);
+        drop(server);
+        outcome.unwrap();
+    }
 }
