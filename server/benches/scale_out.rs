@@ -192,10 +192,7 @@ async fn takeover(answers: &Arc<Answers>, puzzles: &[(String, Puzzle)], lease: &
 /// worker thread takes to solve a puzzle of each size.
 async fn shared_cache_costs(puzzles: &[(String, Puzzle)]) {
     let db = Database::start();
-    let (client, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
+    let client = db.client().await;
     client
         .batch_execute("CREATE TABLE answers (key bigint PRIMARY KEY, body bytea NOT NULL)")
         .await

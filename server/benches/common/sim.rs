@@ -173,11 +173,17 @@ impl Database {
         Database { server, url }
     }
 
-    pub async fn costs(&self) -> Costs {
+    /// A connection of the bench's own.
+    pub async fn client(&self) -> tokio_postgres::Client {
         let (client, connection) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
             .await
             .unwrap();
         tokio::spawn(connection);
+        client
+    }
+
+    pub async fn costs(&self) -> Costs {
+        let client = self.client().await;
         client
             .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
             .await

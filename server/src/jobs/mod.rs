@@ -116,9 +116,6 @@ pub struct Jobs {
     keys: Keys,
     writer: mpsc::UnboundedSender<ToWrite>,
     limits: Limits,
-    /// This coordinator's name in a shared store's claims (none on a
-    /// store of its own).
-    holder: String,
     /// Counts of the work shared with other coordinators.
     pub(crate) sharing: Sharing,
 }
@@ -138,9 +135,6 @@ impl Jobs {
     /// runtime.
     pub fn start(scheduler: Arc<Shared>, store: Arc<dyn JobStore>, config: &Config) -> Arc<Jobs> {
         let (writer, rx) = mpsc::unbounded_channel();
-        let holder = store
-            .shared()
-            .map_or_else(String::new, |s| s.holder().to_string());
         let jobs = Arc::new(Jobs {
             scheduler,
             store,
@@ -153,17 +147,19 @@ impl Jobs {
                 retention: config.job_retention,
                 lease: config.job_lease,
             },
-            holder,
             sharing: Sharing::default(),
         });
         // The writer ends with the process (its sender lives in `jobs`).
         tokio::spawn(jobs.clone().write(rx));
         let span = || tracing::info_span!("jobs");
-        jobs.scheduler.spawn(span(), jobs.clone().resume());
-        jobs.scheduler.spawn(span(), jobs.clone().retention());
+        // Unfinished jobs are taken up once at start on a store of its
+        // own; on a shared store, by the first of the looks each second.
         if jobs.store.shared().is_some() {
             jobs.scheduler.spawn(span(), jobs.clone().share());
+        } else {
+            jobs.scheduler.spawn(span(), jobs.clone().resume());
         }
+        jobs.scheduler.spawn(span(), jobs.clone().retention());
         jobs
     }
 

@@ -117,11 +117,11 @@ impl Windows<'_> {
                     if stored < at {
                         break;
                     }
-                    store.finish(seq, win, &jobs.holder).await?;
+                    store.finish(seq, win, store.holder()).await?;
                     ran.pop_front();
                 }
                 let lease = jobs.limits.lease;
-                Ok(match store.claim(seq, &jobs.holder, lease).await? {
+                Ok(match store.claim(seq, store.holder(), lease).await? {
                     Claim::Window {
                         win,
                         pending,
@@ -202,7 +202,8 @@ impl Jobs {
             .await;
     }
 
-    /// Takes up every unfinished job (at start, after a restart).
+    /// Takes up every unfinished job of a store of its own (at start,
+    /// after a restart).
     pub(super) async fn resume(self: Arc<Self>) {
         match self
             .patiently("taking up unfinished jobs", None, || {
@@ -215,9 +216,7 @@ impl Jobs {
                     tracing::info!(jobs = rows.len(), "taking up unfinished jobs");
                 }
                 for row in rows {
-                    if !self.runs.contains_key(&row.seq) {
-                        self.take_up(row);
-                    }
+                    self.take_up(row);
                 }
             }
             Err(e) => tracing::error!(error = %e, "cannot read unfinished jobs"),
@@ -227,12 +226,17 @@ impl Jobs {
     /// The store's maintenance, by its leader (on a store of its own,
     /// this coordinator): deletes finished jobs older than the retention,
     /// and on a shared store lets go of windows whose lease ran out and
-    /// deletes uploads whose coordinator died. At
-    /// start, then every quarter of the retention or the lease (1 s to a
-    /// minute).
+    /// deletes uploads whose coordinator died. At start, then every quarter
+    /// of the retention (or, on a shared store, of the lease if shorter),
+    /// 1 s to a minute.
     pub(super) async fn retention(self: Arc<Self>) {
-        let every = (self.limits.retention.min(self.limits.lease) / 4)
-            .clamp(Duration::from_secs(1), Duration::from_secs(60));
+        // A shared store's leases want looking at more often than the
+        // retention does.
+        let mut period = self.limits.retention;
+        if self.store.shared().is_some() {
+            period = period.min(self.limits.lease);
+        }
+        let every = (period / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
         let mut tick = tokio::time::interval(every);
         loop {
             tokio::select! {
@@ -303,7 +307,7 @@ impl Jobs {
                 () = self.scheduler.shutdown.cancelled() => return,
             };
             if renew {
-                if let Err(e) = shared.renew(&self.holder, self.limits.lease).await {
+                if let Err(e) = shared.renew(shared.holder(), self.limits.lease).await {
                     tracing::warn!(error = %e, "cannot renew this coordinator's leases");
                 }
             }
@@ -317,9 +321,7 @@ impl Jobs {
     /// runs of jobs finished or deleted (by another coordinator).
     async fn sync(self: &Arc<Self>, shared: &dyn SharedStore) -> Result<(), StoreError> {
         for row in self.store.unfinished().await? {
-            if !self.runs.contains_key(&row.seq) {
-                self.take_up(row);
-            }
+            self.take_up(row);
         }
         // Runs of sealed jobs (a job being uploaded here is not stopped).
         let running: Vec<i64> = self
@@ -345,8 +347,11 @@ impl Jobs {
     }
 
     /// Starts running an acknowledged, unfinished job (all its puzzles
-    /// stored).
+    /// stored), unless it runs here already.
     fn take_up(self: &Arc<Self>, row: JobRow) {
+        if self.runs.contains_key(&row.seq) {
+            return;
+        }
         let upload = Upload {
             puzzles: row.puzzles,
             valid: row.puzzles,
@@ -410,7 +415,7 @@ impl Jobs {
         if let Windows::Shared { store, .. } = windows {
             if outcome != COMPLETE {
                 // Stopped: what this run held is anyone's at once.
-                let _ = store.release(row.seq, &self.holder).await;
+                let _ = store.release(row.seq, store.holder()).await;
             }
         }
         outcome
@@ -465,6 +470,9 @@ impl Jobs {
                 }
             }
             let stored_now = *stored.borrow_and_update();
+            // `patiently`'s loop, spelt out: each try borrows `windows`
+            // mutably, which a closure handing out futures cannot (and an
+            // async closure's future is not provably `Send` for the spawn).
             let mut patience = super::Patience::new("reading a job's puzzles");
             let window = loop {
                 match windows.next(self, seq, stored_now).await {
@@ -547,7 +555,7 @@ impl Jobs {
                     // again, and fails as it asked). A shared window goes
                     // back to the store meanwhile.
                     if let Windows::Shared { store, .. } = windows {
-                        let _ = store.release(seq, &self.holder).await;
+                        let _ = store.release(seq, store.holder()).await;
                     }
                     tokio::select! {
                         _ = workers.wait_for(|n| *n > 0) => {}

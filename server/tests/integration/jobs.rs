@@ -26,6 +26,23 @@ fn moves(r: &v1::PuzzleResult) -> i64 {
     }
 }
 
+/// Starts a coordinator on the store that `store` names (`--data-dir DIR`
+/// or `--store URL`), outside this test's `PGPASSWORD` and
+/// `PGSSLROOTCERT`, which must refuse to start (exit 1); its standard
+/// error.
+fn refused_start(store: &[&str]) -> String {
+    let out = std::process::Command::new(BIN)
+        .args(["coordinator", "--listen", "127.0.0.1:0"])
+        .args(store)
+        .env_remove("PGPASSWORD")
+        .env_remove("PGSSLROOTCERT")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    stderr
+}
+
 /// Reads results from `from` (following to the end with `follow`), at most
 /// `limit`; checks they come in order.
 async fn read(
@@ -152,13 +169,7 @@ async fn a_job_survives_coordinator_kills_and_resumes_where_it_stopped() {
         b"not a database at all".repeat(100),
     )
     .unwrap();
-    let out = std::process::Command::new(bin)
-        .args(["coordinator", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let stderr = refused_start(&["--data-dir", dir.to_str().unwrap()]);
     assert!(
         stderr.contains("colball.sqlite3") && stderr.contains("not a database"),
         "{stderr}"
@@ -291,13 +302,7 @@ async fn a_postgres_store_in_tls_verifies_the_server_and_runs_jobs() {
     assert!(encrypted >= 2, "{encrypted} connections in TLS");
     assert_eq!(plain, 0, "the coordinator's connections are all in TLS");
     // The web's roots do not know the test's CA: refused, naming it.
-    let out = std::process::Command::new(BIN)
-        .args(["coordinator", "--listen", "127.0.0.1:0", "--store", &url])
-        .env_remove("PGSSLROOTCERT")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let stderr = refused_start(&["--store", &url]);
     assert!(
         stderr.contains("\"tls\" on 127.0.0.1") && stderr.contains("certificate"),
         "{stderr}"
@@ -314,13 +319,7 @@ async fn a_postgres_password_comes_from_its_file() {
         .await
         .unwrap();
     let url = server.database("locked");
-    let out = std::process::Command::new(BIN)
-        .args(["coordinator", "--listen", "127.0.0.1:0", "--store", &url])
-        .env_remove("PGPASSWORD")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let stderr = refused_start(&["--store", &url]);
     assert!(
         stderr.contains("\"locked\"") && stderr.contains("password"),
         "{stderr}"
@@ -356,12 +355,7 @@ async fn a_postgres_password_comes_from_its_file() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_store_that_cannot_be_used_stops_the_start_naming_host_and_database() {
     let start = |url: &str| {
-        let out = std::process::Command::new(BIN)
-            .args(["coordinator", "--listen", "127.0.0.1:0", "--store", url])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        let stderr = refused_start(&["--store", url]);
         assert!(
             !stderr.contains("hunter2"),
             "the password is shown: {stderr}"

@@ -219,8 +219,8 @@ pub struct Rescued {
 /// leads the maintenance.
 #[async_trait]
 pub trait SharedStore: Send + Sync {
-    /// Claims the first free window of `job` for `holder` (one whose lease
-    /// is unheld or ran out) until `lease` from now.
+    /// Claims the first free window of `job` for `holder` (one unheld, or
+    /// whose lease ran out, or whose holder died) until `lease` from now.
     async fn claim(&self, job: i64, holder: &str, lease: Duration) -> Result<Claim, StoreError>;
 
     /// Window `win` of `job` has had its results stored: it is done if no

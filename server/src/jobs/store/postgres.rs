@@ -20,11 +20,13 @@
 //! puzzles fall in windows of [`WINDOW`] (`colball_windows`, a row per
 //! window: its holder, its lease and whether it is done), claimed with
 //! `FOR UPDATE SKIP LOCKED` under a lease the holder renews, and taken by
-//! another once the lease runs out. One more connection per coordinator,
-//! its session, listens for the others' hints (`LISTEN colball`: `jobs`
-//! when a job appears or ends, `r<job>` when results are stored) and
-//! holds the leader's lock (a session advisory lock, so it is let go the
-//! moment that connection ends) for whoever leads the maintenance.
+//! another once the lease runs out or at once when its holder dies. One
+//! more connection per coordinator, its session, holds the coordinator's
+//! live lock (a session advisory lock of its own, let go the moment that
+//! connection ends: how a dead holder is told), listens for the others'
+//! hints (`LISTEN colball`: `jobs` when a job appears or ends, `r<job>`
+//! when results are stored) and holds the leader's lock for whoever leads
+//! the maintenance.
 //!
 //! The schema is created and migrated at start under a transaction-level
 //! advisory lock, so coordinators starting together migrate once. Its
@@ -1395,6 +1397,18 @@ mod tests {
         }
     }
 
+    /// A throwaway server, and two stores (coordinators) on its database
+    /// `name`.
+    async fn two_on(name: &str) -> (TempPostgres, String, PostgresStore, PostgresStore) {
+        let server = tokio::task::spawn_blocking(TempPostgres::start)
+            .await
+            .unwrap();
+        let url = server.database(name);
+        let a = PostgresStore::connect(&url, None).await.unwrap();
+        let b = PostgresStore::connect(&url, None).await.unwrap();
+        (server, url, a, b)
+    }
+
     async fn leaders(stores: &[&PostgresStore]) -> usize {
         stores.iter().filter(|s| s.leading()).count()
     }
@@ -1405,12 +1419,7 @@ mod tests {
     /// them leads at a time, and each hears the other's hints.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn coordinators_on_one_database_split_windows_and_take_over_lapsed_leases() {
-        let server = tokio::task::spawn_blocking(TempPostgres::start)
-            .await
-            .unwrap();
-        let url = server.database("shared");
-        let a = PostgresStore::connect(&url, None).await.unwrap();
-        let b = PostgresStore::connect(&url, None).await.unwrap();
+        let (_server, url, a, b) = two_on("shared").await;
         let mut heard_by_b = b.wakes();
         let job = a.create(new_job("alice")).await.unwrap();
         let n = 2 * WINDOW + 100;
@@ -1563,12 +1572,7 @@ mod tests {
     /// still rolls back is tried again).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_deletes_renewals_and_claims_all_succeed() {
-        let server = tokio::task::spawn_blocking(TempPostgres::start)
-            .await
-            .unwrap();
-        let url = server.database("concurrent");
-        let a = PostgresStore::connect(&url, None).await.unwrap();
-        let b = PostgresStore::connect(&url, None).await.unwrap();
+        let (_server, _, a, b) = two_on("concurrent").await;
         let lease = Duration::from_secs(30);
         let puzzles = entries(WINDOW + 10);
         for round in 0..8 {
