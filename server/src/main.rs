@@ -93,6 +93,11 @@ struct CoordinatorArgs {
     /// without dispatch); 0 turns it off.
     #[arg(long, default_value_t = defaults().cache_capacity)]
     cache_entries: usize,
+    /// Cluster events kept in memory for watchers that resume from a
+    /// sequence number (`colball watch`, the dashboard); about 200 bytes
+    /// each once results fill them.
+    #[arg(long, default_value_t = defaults().events_retained)]
+    events_retained: usize,
     /// Require this token from clients (`colball solve --token`); calls
     /// without it get UNAUTHENTICATED. Off unless given. Prefer the file or
     /// the environment variable: command lines are visible to other users.
@@ -364,6 +369,7 @@ impl TryFrom<&CoordinatorArgs> for coordinator::Config {
             heartbeat_interval: Duration::from_millis(args.heartbeat_ms),
             worker_grace: secs("--worker-grace-secs", args.worker_grace_secs)?,
             cache_capacity: args.cache_entries,
+            events_retained: args.events_retained,
             max_batches_per_client: args.max_batches_per_client,
             max_unread: args.max_unread,
             max_worker_slots: args.max_worker_slots,

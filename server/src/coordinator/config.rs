@@ -177,6 +177,7 @@ impl Config {
                 "--max-worker-slots",
             ),
             (self.missed_heartbeats as usize, "missed_heartbeats", ""),
+            (self.events_retained, "events_retained", "--events-retained"),
         ];
         for (value, field, flag) in at_least_one {
             if value == 0 {

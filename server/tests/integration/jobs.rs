@@ -689,7 +689,10 @@ async fn the_http_job_api_submits_lists_streams_and_deletes() {
 /// Memory does not grow with a job's size: a coordinator process takes a
 /// 2,000,000-puzzle job (stored in full, then solved a window at a time
 /// by one worker for a while) with its peak resident set growing by less
-/// than a 200,000-puzzle job's puzzles would take in memory.
+/// than a 200,000-puzzle job's puzzles would take in memory. The job's
+/// own cost is measured: the result cache is off and the event log keeps
+/// 1,000 events, since both are bounded by their own flags whatever the
+/// job (and filled by however many results arrive before the reading).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_two_million_puzzle_job_costs_the_coordinator_a_bounded_window() {
     use std::time::Duration;
@@ -698,7 +701,18 @@ async fn a_two_million_puzzle_job_costs_the_coordinator_a_bounded_window() {
     let _ = std::fs::remove_dir_all(&dir);
     let data = dir.to_str().unwrap().to_string();
     let bin = Path::new(BIN);
-    let c = procs::coordinator(bin, "127.0.0.1:0", &["--data-dir", &data]);
+    let c = procs::coordinator(
+        bin,
+        "127.0.0.1:0",
+        &[
+            "--data-dir",
+            &data,
+            "--cache-entries",
+            "0",
+            "--events-retained",
+            "1000",
+        ],
+    );
     let (before, _) = c.proc.memory_kib().unwrap();
     let two = colball_solver::Size::new(2, 2).unwrap();
     let mut g = colball_solver::generate::Generator::new(48);
