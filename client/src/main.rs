@@ -57,7 +57,7 @@ fn main() -> ExitCode {
         Command::Gen(args) => generate::generate(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => bench::run_bench(args).map(|()| ExitCode::SUCCESS),
         Command::Watch(args) => watch::run_watch(args).map(|()| ExitCode::SUCCESS),
-        Command::Job(args) => job::run(args),
+        Command::Job(args) => job::run(args, cli.quiet),
     };
     match result {
         Ok(code) => code,

@@ -86,7 +86,7 @@ enum StatusFormat {
 }
 
 #[cfg(not(feature = "cluster"))]
-pub fn run(_: JobArgs) -> Result<ExitCode> {
+pub fn run(_: JobArgs, _quiet: bool) -> Result<ExitCode> {
     Err(super::without_cluster("colball job"))
 }
 
@@ -97,13 +97,14 @@ mod cluster {
 
     use anyhow::Context;
     use colball_client::jobs::{self, Jobs};
+    use colball_client::progress::Progress;
     use colball_proto::v1::{self, puzzle_result};
     use colball_solver::format::{Format, classic, jsonl};
 
     use super::super::input::read_input;
     use super::*;
 
-    pub fn run(args: JobArgs) -> Result<ExitCode> {
+    pub fn run(args: JobArgs, quiet: bool) -> Result<ExitCode> {
         let url = args
             .connect
             .clone()
@@ -151,7 +152,11 @@ mod cluster {
                         security: &security,
                         reconnect: jobs::DEFAULT_RECONNECT,
                     };
-                    let shown = Shown { moves, output };
+                    let shown = Shown {
+                        moves,
+                        output,
+                        quiet,
+                    };
                     results(reader, &mut jobs, &mut at, &id, wait, from, shown).await
                 }
             }
@@ -219,9 +224,12 @@ mod cluster {
 
     fn print_jobs(list: &[v1::Job], format: StatusFormat) -> Result<()> {
         let mut out = io::stdout().lock();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
         for job in list {
             match format {
-                StatusFormat::Text => writeln!(out, "{}", jobs::job_line(job))?,
+                StatusFormat::Text => writeln!(out, "{}", jobs::job_line(job, now))?,
                 StatusFormat::Json => writeln!(out, "{}", jobs::job_json(job))?,
             }
         }
@@ -233,6 +241,8 @@ mod cluster {
     struct Shown {
         moves: bool,
         output: OutputFormat,
+        /// No progress bar.
+        quiet: bool,
     }
 
     async fn results(
@@ -242,7 +252,11 @@ mod cluster {
         id: &str,
         wait: bool,
         from: u64,
-        Shown { moves, output }: Shown,
+        Shown {
+            moves,
+            output,
+            quiet,
+        }: Shown,
     ) -> Result<ExitCode> {
         let job = jobs.get(id).await?;
         let any_order = job.any_order;
@@ -256,7 +270,10 @@ mod cluster {
         let mut errors = 0;
         let mut next = from;
         let mut seen = std::collections::HashSet::new();
-        let mut notice = |line: &str| eprintln!("colball: {line}");
+        // A bar while waiting for a job's results (on a terminal only).
+        let to_come = job.puzzles.saturating_sub(from) as usize;
+        let progress = Progress::new(to_come, quiet || !wait, "results");
+        let mut notice = |line: &str| progress.eprintln(&format!("colball: {line}"));
         let print = |r: v1::PuzzleResult| -> Result<()> {
             if any_order {
                 anyhow::ensure!(
@@ -272,6 +289,7 @@ mod cluster {
                 );
             }
             next += 1;
+            progress.inc();
             match (&r.outcome, output) {
                 (Some(puzzle_result::Outcome::Solved(s)), OutputFormat::Classic) => {
                     if moves && !s.solution.is_empty() {
@@ -296,7 +314,7 @@ mod cluster {
                         Some(puzzle_result::Outcome::Error(e)) => e.message.clone(),
                         _ => "no outcome".to_string(),
                     };
-                    eprintln!("colball: job {id}, result {}: {message}", r.index);
+                    progress.eprintln(&format!("colball: job {id}, result {}: {message}", r.index));
                     match format {
                         OutputFormat::Classic => writeln!(out, "error")?,
                         OutputFormat::Jsonl => {

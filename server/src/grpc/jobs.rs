@@ -107,7 +107,7 @@ impl JobsRpc for JobsService {
     async fn get(&self, request: Request<v1::JobRef>) -> Result<Response<v1::Job>, Status> {
         let client = client_of(&request);
         let row = self.jobs.owned(&request.into_inner().id, &client).await?;
-        Ok(Response::new(row.to_wire()))
+        Ok(Response::new(self.jobs.status(&row)))
     }
 
     async fn list(
@@ -117,14 +117,14 @@ impl JobsRpc for JobsService {
         let client = client_of(&request);
         let rows = self.jobs.list(&client).await?;
         Ok(Response::new(v1::JobList {
-            jobs: rows.iter().map(|r| r.to_wire()).collect(),
+            jobs: rows.iter().map(|r| self.jobs.status(r)).collect(),
         }))
     }
 
     async fn cancel(&self, request: Request<v1::JobRef>) -> Result<Response<v1::Job>, Status> {
         let client = client_of(&request);
         let row = self.jobs.cancel(&request.into_inner().id, &client).await?;
-        Ok(Response::new(row.to_wire()))
+        Ok(Response::new(self.jobs.status(&row)))
     }
 
     async fn delete(

@@ -12,10 +12,15 @@
 //!   "durable": B}` once every puzzle is stored;
 //! - `GET /api/v1/jobs`: the caller's jobs, newest first;
 //! - `GET /api/v1/jobs/ID`: one job;
-//! - `GET /api/v1/jobs/ID/results?from=N&follow=1`: its results in input
-//!   order (or, for `order=any`, the order they were stored) as NDJSON,
-//!   the same objects as `colball solve --output jsonl`;
-//! - `DELETE /api/v1/jobs/ID`: 204.
+//! - `GET /api/v1/jobs/ID/results?from=N&follow=1&format=ndjson|csv`: its
+//!   results in input order (or, for `order=any`, the order they were
+//!   stored) as NDJSON, the same objects as `colball solve --output
+//!   jsonl`, or as CSV with a header row;
+//! - `POST /api/v1/jobs/ID/cancel`: the job, cancelled unless it had
+//!   finished;
+//! - `DELETE /api/v1/jobs/ID`: 204;
+//! - `GET /api/v1/openapi.json`: the OpenAPI 3.1 document of all of it
+//!   ([`api`](super::api)), without a token.
 //!
 //! With client tokens configured every call needs `Authorization: Bearer
 //! TOKEN` or `?token=TOKEN` (401 otherwise) and the token's name is the job's owner; without
@@ -34,36 +39,68 @@ use axum::middleware;
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{any, get};
 use colball_proto::{egress, v1};
-use colball_solver::format::{Read, Reader, jsonl};
-use serde::Deserialize;
-use serde_json::json;
+use colball_solver::format::{Read, Reader};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
+use super::api::{
+    ApiDoc, ApiError, ErrorResult, Format, Job, JobRefusals, ListRefusals, Order, ResultRecord,
+    ResultsQuery, SolvedResult, SubmitQuery, Submitted, TokenQuery,
+};
 use crate::app::App;
-use crate::jobs::{Entry, JobError, JobRow, StoreError, SubmitError};
+use crate::jobs::{Entry, JobError, StoreError, SubmitError};
 
 /// Puzzles of an upload stored at a time.
 const CHUNK: usize = 4096;
 
+/// The job API's routes and its OpenAPI document, made together from the
+/// handlers' attributes.
+fn routes() -> (Router<App>, utoipa::openapi::OpenApi) {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(list, submit))
+        .routes(routes!(one, remove))
+        .routes(routes!(cancel))
+        .routes(routes!(results))
+        .split_for_parts()
+}
+
+/// The job API's OpenAPI document.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    routes().1
+}
+
 pub fn router(app: App) -> Router {
-    Router::new()
-        .route("/api/v1/jobs", get(list).post(submit))
-        .route("/api/v1/jobs/{id}", get(one).delete(remove))
-        .route("/api/v1/jobs/{id}/results", get(results))
+    let (routes, document) = routes();
+    let document = document
+        .to_pretty_json()
+        .expect("the OpenAPI document serializes");
+    routes
+        .route(
+            "/api/v1/openapi.json",
+            get(move || async move { ([(header::CONTENT_TYPE, "application/json")], document) }),
+        )
         .route("/api/v1/{*rest}", any(no_such_route))
         .layer(middleware::map_response(json_errors))
         .with_state(app)
 }
 
 fn error(code: StatusCode, message: impl Into<String>) -> Response {
-    (code, Json(json!({ "error": message.into() }))).into_response()
+    (
+        code,
+        Json(ApiError {
+            error: message.into(),
+        }),
+    )
+        .into_response()
 }
 
 async fn no_such_route() -> Response {
     error(
         StatusCode::NOT_FOUND,
-        "no such route: the job API is /api/v1/jobs, /api/v1/jobs/ID and /api/v1/jobs/ID/results",
+        "no such route: the job API is /api/v1/jobs, /api/v1/jobs/ID, /api/v1/jobs/ID/cancel and /api/v1/jobs/ID/results (described in /api/v1/openapi.json)",
     )
 }
 
@@ -146,65 +183,55 @@ impl FromRequestParts<App> for Caller {
     }
 }
 
-fn job_json(row: &JobRow) -> serde_json::Value {
-    let job = row.to_wire();
-    let state = job.state_name();
-    json!({
-        "id": job.id, "name": job.name, "state": state, "puzzles": job.puzzles,
-        "solved": job.solved, "errors": job.errors, "remaining": job.remaining,
-        "created_unix_ms": job.created_unix_ms, "finished_unix_ms": job.finished_unix_ms,
-        "failure": job.failure, "any_order": job.any_order,
-    })
-}
-
-#[derive(Deserialize)]
-struct SubmitQuery {
-    priority: Option<String>,
-    #[serde(default)]
-    name: String,
-    /// `any`: results in the order they are solved (`JobOptions.any_order`).
-    order: Option<String>,
-}
-
+/// Submit a puzzle file as a job.
+///
+/// The body is a puzzle file, classic or JSON Lines (as `colball solve`
+/// reads), read as it arrives and stored a chunk at a time. A line that
+/// does not parse ends it with 400 naming the line, and nothing of it is
+/// kept. The answer comes once every puzzle is stored.
+#[utoipa::path(
+    post,
+    path = "/api/v1/jobs",
+    tag = "jobs",
+    operation_id = "submit",
+    params(SubmitQuery),
+    request_body(
+        content = String,
+        content_type = "text/plain",
+        description = "A puzzle file, classic or JSON Lines",
+        example = "2 2\nBB\nBR\nBB\nRR\n",
+    ),
+    responses(
+        (status = 201, description = "Every puzzle is stored", body = Submitted),
+        (status = 400, description = "A line or a query parameter that does not parse", body = ApiError),
+        (status = 401, description = "A client token is needed and was missing or wrong", body = ApiError),
+        (status = 413, description = "More puzzles than `--max-job-puzzles`", body = ApiError),
+        (status = 503, description = "The coordinator is shutting down or its store is unavailable", body = ApiError),
+        (status = 507, description = "The job store is full (`--max-store-mib`)", body = ApiError),
+    ),
+)]
 async fn submit(
     State(app): State<App>,
     Caller(client): Caller,
     Query(q): Query<SubmitQuery>,
     body: Body,
 ) -> Response {
-    let priority = match q.priority.as_deref() {
-        None | Some("bulk") => v1::Priority::Bulk,
-        Some("normal") => v1::Priority::Normal,
-        Some("interactive") => v1::Priority::Interactive,
-        Some(other) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("priority {other:?}: expected interactive, normal or bulk"),
-            );
-        }
-    };
-    let any_order = match q.order.as_deref() {
-        None | Some("input") => false,
-        Some("any") => true,
-        Some(other) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("order {other:?}: expected input or any"),
-            );
-        }
-    };
     let options = v1::JobOptions {
-        priority: priority as i32,
+        priority: v1::Priority::from(q.priority) as i32,
         name: q.name,
         fail_without_workers: false,
-        any_order,
+        any_order: q.order == Order::Any,
         key: String::new(),
         puzzles: 0,
     };
     match app.jobs.submit(&client, options, upload(body)).await {
         Ok(row) => (
             StatusCode::CREATED,
-            Json(json!({ "id": row.id(), "puzzles": row.puzzles, "durable": app.jobs.durable() })),
+            Json(Submitted {
+                id: row.id(),
+                puzzles: row.puzzles,
+                durable: app.jobs.durable(),
+            }),
         )
             .into_response(),
         Err(SubmitError::Job(e)) => e.into_response(),
@@ -262,24 +289,99 @@ fn upload(body: Body) -> impl Stream<Item = Result<Vec<Entry>, Response>> + Unpi
     }))
 }
 
-async fn list(State(app): State<App>, Caller(client): Caller) -> Response {
+/// The caller's jobs, newest first.
+#[utoipa::path(
+    get,
+    path = "/api/v1/jobs",
+    tag = "jobs",
+    operation_id = "list",
+    params(TokenQuery),
+    responses(
+        (status = 200, description = "The caller's jobs", body = Vec<Job>),
+        ListRefusals,
+    ),
+)]
+async fn list(
+    State(app): State<App>,
+    Caller(client): Caller,
+    Query(_): Query<TokenQuery>,
+) -> Response {
     match app.jobs.list(&client).await {
-        Ok(rows) => Json(rows.iter().map(job_json).collect::<Vec<_>>()).into_response(),
+        Ok(rows) => Json(
+            rows.iter()
+                .map(|r| Job::from(app.jobs.status(r)))
+                .collect::<Vec<_>>(),
+        )
+        .into_response(),
         Err(e) => e.into_response(),
     }
 }
 
-async fn one(State(app): State<App>, Caller(client): Caller, Path(id): Path<String>) -> Response {
+/// One job: its state, counts and pace.
+#[utoipa::path(
+    get,
+    path = "/api/v1/jobs/{id}",
+    tag = "jobs",
+    operation_id = "status",
+    params(("id" = String, Path, description = "The job's id"), TokenQuery),
+    responses(
+        (status = 200, description = "The job", body = Job),
+        JobRefusals,
+    ),
+)]
+async fn one(
+    State(app): State<App>,
+    Caller(client): Caller,
+    Path(id): Path<String>,
+    Query(_): Query<TokenQuery>,
+) -> Response {
     match app.jobs.owned(&id, &client).await {
-        Ok(row) => Json(job_json(&row)).into_response(),
+        Ok(row) => Json(Job::from(app.jobs.status(&row))).into_response(),
         Err(e) => e.into_response(),
     }
 }
 
+/// Cancel a job unless it has finished; the job as it is now.
+#[utoipa::path(
+    post,
+    path = "/api/v1/jobs/{id}/cancel",
+    tag = "jobs",
+    operation_id = "cancel",
+    params(("id" = String, Path, description = "The job's id"), TokenQuery),
+    responses(
+        (status = 200, description = "The job", body = Job),
+        JobRefusals,
+    ),
+)]
+async fn cancel(
+    State(app): State<App>,
+    Caller(client): Caller,
+    Path(id): Path<String>,
+    Query(_): Query<TokenQuery>,
+) -> Response {
+    match app.jobs.cancel(&id, &client).await {
+        Ok(row) => Json(Job::from(app.jobs.status(&row))).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Delete a job (cancelling it first if it runs), with its results.
+#[utoipa::path(
+    delete,
+    path = "/api/v1/jobs/{id}",
+    tag = "jobs",
+    operation_id = "delete",
+    params(("id" = String, Path, description = "The job's id"), TokenQuery),
+    responses(
+        (status = 204, description = "Deleted"),
+        JobRefusals,
+    ),
+)]
 async fn remove(
     State(app): State<App>,
     Caller(client): Caller,
     Path(id): Path<String>,
+    Query(_): Query<TokenQuery>,
 ) -> Response {
     match app.jobs.delete(&id, &client).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
@@ -287,14 +389,32 @@ async fn remove(
     }
 }
 
-#[derive(Deserialize)]
-struct ResultsQuery {
-    #[serde(default)]
-    from: u64,
-    #[serde(default)]
-    follow: u8,
-}
+/// The CSV header row.
+const CSV_HEADER: &str = "id,moves,solution,strategy,time_us,error\n";
 
+/// A job's results, from `from` on: in input order (or, for a job
+/// submitted with `order=any`, the order they were stored).
+///
+/// NDJSON gives one JSON object per line, as `colball solve --output
+/// jsonl` prints them; CSV a header row (`id,moves,solution,strategy,
+/// time_us,error`) and one row per puzzle. With `follow`, the response
+/// stays open until the job ends. If the stream ends early (the job was
+/// deleted), its last NDJSON line is `{"error": ...}` (for CSV, a row
+/// with only the error).
+#[utoipa::path(
+    get,
+    path = "/api/v1/jobs/{id}/results",
+    tag = "jobs",
+    operation_id = "results",
+    params(("id" = String, Path, description = "The job's id"), ResultsQuery),
+    responses(
+        (status = 200, description = "The results, one per line", content(
+            (ResultRecord = "application/x-ndjson"),
+            (String = "text/csv", example = "id,moves,solution,strategy,time_us,error\n1,3,r12 c21 r22,bidir,41,\n"),
+        )),
+        JobRefusals,
+    ),
+)]
 async fn results(
     State(app): State<App>,
     Caller(client): Caller,
@@ -305,42 +425,97 @@ async fn results(
         Ok(row) => row,
         Err(e) => return e.into_response(),
     };
-    let rx = app.jobs.results(row, q.from, q.follow != 0);
-    let lines = ReceiverStream::new(rx).map(|r| {
-        let line = match r {
+    let rx = app.jobs.results(row, q.from, q.follow);
+    let format = q.format;
+    let records = ReceiverStream::new(rx).map(move |r| {
+        let record = match r {
             Ok(r) => record(&r),
-            Err(e) => json!({ "error": e.to_string() }).to_string(),
+            Err(e) => ResultRecord::Broken(ApiError {
+                error: e.to_string(),
+            }),
         };
-        Ok::<_, std::convert::Infallible>(format!("{line}\n"))
+        Ok::<_, std::convert::Infallible>(match format {
+            Format::Ndjson => {
+                let mut line = serde_json::to_string(&record).expect("a record serializes");
+                line.push('\n');
+                line
+            }
+            Format::Csv => csv_row(&record),
+        })
     });
-    (
-        [(header::CONTENT_TYPE, "application/x-ndjson")],
-        Body::from_stream(lines),
-    )
-        .into_response()
+    let (content_type, body) = match format {
+        Format::Ndjson => ("application/x-ndjson", Body::from_stream(records)),
+        Format::Csv => (
+            "text/csv; charset=utf-8; header=present",
+            Body::from_stream(
+                futures_util::stream::once(async { Ok(CSV_HEADER.to_string()) }).chain(records),
+            ),
+        ),
+    };
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
 /// A result as `colball solve --output jsonl` prints it.
-fn record(r: &egress::PuzzleResult) -> String {
+fn record(r: &egress::PuzzleResult) -> ResultRecord {
     match &r.outcome {
-        Some(egress::Outcome::Solved(s)) => jsonl::to_line(&jsonl::SolvedRecord {
+        Some(egress::Outcome::Solved(s)) => ResultRecord::Solved(SolvedResult {
             id: r.id.to_string(),
             moves: s.moves,
             solution: s.solution.to_string(),
             strategy: s.strategy.to_string(),
             time_us: s.time_us,
         }),
-        Some(egress::Outcome::Error(e)) => jsonl::to_line(&jsonl::ErrorRecord {
+        Some(egress::Outcome::Error(e)) => ResultRecord::Failed(ErrorResult {
             id: Some(r.id.to_string()),
-            line: r.index as usize + 1,
+            line: r.index + 1,
             error: e.message.clone(),
         }),
-        None => json!({ "id": r.id.as_str(), "error": "no outcome" }).to_string(),
+        None => ResultRecord::Failed(ErrorResult {
+            id: Some(r.id.to_string()),
+            line: r.index + 1,
+            error: "no outcome".into(),
+        }),
     }
+}
+
+/// A result as a CSV row (`CSV_HEADER`'s columns).
+fn csv_row(record: &ResultRecord) -> String {
+    let mut writer = csv::Writer::from_writer(Vec::new());
+    let row = match record {
+        ResultRecord::Solved(s) => [
+            s.id.clone(),
+            s.moves.to_string(),
+            s.solution.clone(),
+            s.strategy.clone(),
+            s.time_us.to_string(),
+            String::new(),
+        ],
+        ResultRecord::Failed(e) => [
+            e.id.clone().unwrap_or_default(),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+            e.error.clone(),
+        ],
+        ResultRecord::Broken(e) => [
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+            e.error.clone(),
+        ],
+    };
+    // Writing to memory does not fail.
+    let _ = writer.write_record(&row);
+    String::from_utf8(writer.into_inner().unwrap_or_default()).unwrap_or_default()
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     async fn body_of(response: Response) -> (StatusCode, serde_json::Value) {

@@ -19,6 +19,7 @@
 //! headers). `/`, `/metrics`, `/healthz` and `/readyz` stay open: they
 //! carry no puzzle data.
 
+pub mod api;
 pub mod jobs;
 pub mod metrics;
 pub mod process;

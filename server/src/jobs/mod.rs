@@ -20,6 +20,7 @@
 mod error;
 mod follow;
 mod keys;
+mod progress;
 mod run;
 pub mod store;
 mod submit;
@@ -35,6 +36,8 @@ use tokio_util::sync::CancellationToken;
 pub use error::{JobError, SubmitError};
 use keys::Keys;
 use keys::check_key;
+pub use progress::Pace;
+use progress::Speedometer;
 use run::Run;
 pub use store::{Entry, JobRow, JobState, JobStore, StoreError};
 
@@ -116,6 +119,8 @@ pub struct Jobs {
     keys: Keys,
     writer: mpsc::UnboundedSender<ToWrite>,
     limits: Limits,
+    /// The paces of the jobs whose status is read.
+    speed: Speedometer,
     /// Counts of the work shared with other coordinators.
     pub(crate) sharing: Sharing,
 }
@@ -147,6 +152,7 @@ impl Jobs {
                 retention: config.job_retention,
                 lease: config.job_lease,
             },
+            speed: Speedometer::default(),
             sharing: Sharing::default(),
         });
         // The writer ends with the process (its sender lives in `jobs`).
@@ -225,6 +231,15 @@ impl Jobs {
         }
     }
 
+    /// A job's status as clients see it: its row, with its pace (from the
+    /// reads of its status, see [`progress`]).
+    pub fn status(&self, row: &JobRow) -> colball_proto::v1::Job {
+        let pace = self
+            .speed
+            .observe(row, std::time::Instant::now(), events::unix_ms());
+        row.to_wire(pace)
+    }
+
     /// The client's acknowledged jobs, newest first.
     pub async fn list(&self, client: &str) -> Result<Vec<JobRow>, JobError> {
         Ok(self.store.list(client).await?)
@@ -249,6 +264,7 @@ impl Jobs {
         let row = self.owned(id, client).await?;
         self.stop(row.seq);
         self.store.delete(row.seq).await?;
+        self.speed.forget(row.seq);
         Ok(())
     }
 }

@@ -36,8 +36,8 @@ impl Jobs {
                 options.priority
             ))
         })?;
-        if options.name.len() > 256 {
-            return Err(JobError::Invalid("field name: at most 256 bytes".into()).into());
+        if options.name.chars().count() > 256 {
+            return Err(JobError::Invalid("field name: at most 256 characters".into()).into());
         }
         if !options.key.is_empty() {
             check_key(&options.key, "options.key")?;

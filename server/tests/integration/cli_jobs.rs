@@ -109,11 +109,11 @@ async fn a_submitted_job_survives_three_kills_and_its_results_print_what_solve_p
         }
         cluster.kill_and_restart();
     }
-    let url = cluster.coordinator.url.clone();
+    let (url, job) = (cluster.coordinator.url.clone(), id.clone());
     let out = tokio::time::timeout(
         Duration::from_secs(120),
         tokio::task::spawn_blocking(move || {
-            colball(&["job", "results", &id, "--wait", "--connect", &url], b"")
+            colball(&["job", "results", &job, "--wait", "--connect", &url], b"")
         }),
     )
     .await
@@ -125,4 +125,27 @@ async fn a_submitted_job_survives_three_kills_and_its_results_print_what_solve_p
         out.stdout == local,
         "the job's results differ from in-process"
     );
+    // In a pipe, no progress bar.
+    assert!(
+        !text(&out.stderr).contains(&format!("/{PUZZLES}")),
+        "{}",
+        text(&out.stderr)
+    );
+    // Its status, with its pace: its average rate once done.
+    let url = &cluster.coordinator.url;
+    let status = colball(&["job", "status", &id, "--connect", url], b"");
+    let line = text(&status.stdout);
+    assert!(
+        line.starts_with(&format!(
+            "{id} done {PUZZLES} puzzles: {PUZZLES} solved, 0 errors, 0 remaining, "
+        )) && line.trim_end().ends_with(" puzzles/s"),
+        "{line}"
+    );
+    let status = colball(
+        &["job", "status", &id, "--format", "json", "--connect", url],
+        b"",
+    );
+    let json: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert!(json["rate"].as_f64().unwrap() > 0.0, "{json}");
+    assert_eq!(json["eta_unix_ms"], json["finished_unix_ms"], "{json}");
 }

@@ -542,7 +542,7 @@ async fn a_store_that_fills_up_mid_job_fails_that_job_and_serves_on() {
 }
 
 /// One HTTP/1.0 request: the status code and the body.
-async fn http(
+pub(crate) async fn http(
     addr: std::net::SocketAddr,
     method: &str,
     path: &str,

@@ -16,6 +16,7 @@ mod dashboard;
 mod deploy;
 mod grpcurl;
 mod hostile;
+mod http_api;
 mod jobs;
 mod ops;
 mod processes;

@@ -14,6 +14,7 @@ pub mod memory;
 pub mod postgres;
 pub mod sqlite;
 
+use super::progress::Pace;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -91,7 +92,8 @@ impl JobRow {
         self.puzzles.saturating_sub(self.solved + self.errors)
     }
 
-    pub fn to_wire(&self) -> v1::Job {
+    /// The job on the wire, going at `pace`.
+    pub fn to_wire(&self, pace: Pace) -> v1::Job {
         v1::Job {
             id: self.id(),
             name: self.name.clone(),
@@ -105,6 +107,8 @@ impl JobRow {
             finished_unix_ms: self.finished_ms,
             failure: self.failure.clone(),
             any_order: self.any_order,
+            rate: pace.rate,
+            eta_unix_ms: pace.eta_unix_ms,
         }
     }
 }
