@@ -17,6 +17,25 @@ pub const DOMAIN: &str = "colball";
 /// read.
 pub const SHUTTING_DOWN: &str = "SHUTTING_DOWN";
 
+/// RESOURCE_EXHAUSTED because the client is over one of its quotas (named
+/// in the `quota` metadata); a `RetryInfo` detail says when to try again.
+pub const OVER_QUOTA: &str = "OVER_QUOTA";
+
+/// A RESOURCE_EXHAUSTED status saying the client is over `quota`.
+pub fn over_quota(
+    message: impl Into<String>,
+    quota: &str,
+    retry_after: std::time::Duration,
+) -> Status {
+    let mut details = ErrorDetails::with_error_info(
+        OVER_QUOTA,
+        DOMAIN,
+        HashMap::from([("quota".to_string(), quota.to_string())]),
+    );
+    details.set_retry_info(Some(retry_after));
+    Status::with_error_details(Code::ResourceExhausted, message, details)
+}
+
 /// An UNAVAILABLE status saying the coordinator is shutting down.
 pub fn shutting_down(message: impl Into<String>) -> Status {
     let details = ErrorDetails::with_error_info(SHUTTING_DOWN, DOMAIN, HashMap::new());

@@ -166,6 +166,13 @@ struct CoordinatorArgs {
     /// --client-token (named `default`).
     #[arg(long, value_name = "FILE")]
     client_tokens_file: Option<PathBuf>,
+    /// Per-client quotas: a file of `CLIENT QUOTA=VALUE...` lines
+    /// (`queued-puzzles`, `stored-mib`, `submissions-per-minute`; `*` for
+    /// every client not named). A submission over one is refused
+    /// (RESOURCE_EXHAUSTED, HTTP 429 with Retry-After) naming it. Read
+    /// again on SIGHUP.
+    #[arg(long, env = "COLBALL_CLIENT_QUOTAS_FILE", value_name = "FILE")]
+    client_quotas_file: Option<PathBuf>,
     /// Results one request may leave unread before its remaining puzzles
     /// wait for its client to read.
     #[arg(long, default_value_t = defaults().max_unread)]
@@ -385,6 +392,7 @@ impl TryFrom<&CoordinatorArgs> for coordinator::Config {
                 ..defaults().speculation
             },
             client_tokens_file: args.client_tokens_file.clone(),
+            client_quotas_file: args.client_quotas_file.clone(),
             data_dir: args.data_dir.clone(),
             store_url: args
                 .store
@@ -441,8 +449,8 @@ async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Reads the client tokens file again on each SIGHUP; a bad file is
-/// reported and the tokens in use stay.
+/// Reads the client tokens and quotas files again on each SIGHUP; a bad
+/// file is reported and what was in force stays.
 fn reload_on_sighup(shared: std::sync::Arc<coordinator::Shared>) {
     #[cfg(unix)]
     tokio::spawn(async move {
@@ -456,6 +464,12 @@ fn reload_on_sighup(shared: std::sync::Arc<coordinator::Shared>) {
                 Ok(n) => tracing::info!(tokens = n, "client tokens reloaded"),
                 Err(e) => {
                     tracing::error!(error = %e, "client tokens not reloaded; the old ones stay")
+                }
+            }
+            match shared.quotas().reload() {
+                Ok(n) => tracing::info!(lines = n, "client quotas reloaded"),
+                Err(e) => {
+                    tracing::error!(error = %e, "client quotas not reloaded; the old ones stay")
                 }
             }
         }

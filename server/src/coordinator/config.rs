@@ -67,6 +67,9 @@ pub struct Config {
     /// client for fair sharing and limits. Read again on
     /// [`Shared::reload_tokens`] (SIGHUP in the binary).
     pub client_tokens_file: Option<std::path::PathBuf>,
+    /// Per-client quotas (see [`crate::jobs::quotas`]), read again by
+    /// [`Shared::reload_tokens`] (SIGHUP in the binary).
+    pub client_quotas_file: Option<std::path::PathBuf>,
     /// The token workers must send (`Workers`); `None`: anyone may join.
     pub worker_token: Option<Secret>,
     /// TLS for the gRPC port; `None`: plaintext.
@@ -114,6 +117,7 @@ impl Default for Config {
             max_batches_per_client: 64,
             client_token: None,
             client_tokens_file: None,
+            client_quotas_file: None,
             worker_token: None,
             tls: None,
             data_dir: None,

@@ -80,6 +80,7 @@ pub struct Shared {
     cache: ResultCache,
     per_client: Arc<PerClient>,
     pub(crate) tokens: Arc<TokenSet>,
+    quotas: crate::jobs::quotas::Quotas,
     pub(crate) workers: watch::Sender<usize>,
     /// The earliest tick the state asked for besides the regular ones
     /// ([`Effect::Wake`]), for [`housekeeping`].
@@ -105,6 +106,8 @@ pub enum SetupError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Tokens(#[from] auth::TokenFileError),
+    #[error("client quotas: {0}")]
+    Quotas(#[from] crate::jobs::quotas::QuotaFileError),
 }
 
 impl Shared {
@@ -116,6 +119,7 @@ impl Shared {
             config.client_token.clone(),
             config.client_tokens_file.clone(),
         )?;
+        let quotas = crate::jobs::quotas::Quotas::new(config.client_quotas_file.clone())?;
         let events = Arc::new(EventLog::new(config.events_retained));
         Ok(Arc::new(Shared {
             tasks: TaskTracker::new(),
@@ -124,6 +128,7 @@ impl Shared {
             cache: ResultCache::new(config.cache_capacity),
             per_client: PerClient::new(config.max_batches_per_client),
             tokens,
+            quotas,
             workers: watch::channel(0).0,
             wake: watch::channel(None).0,
             next_id: AtomicU64::new(1),
@@ -311,6 +316,11 @@ impl Shared {
     /// in use stay.
     pub fn reload_tokens(&self) -> Result<usize, auth::TokenFileError> {
         self.tokens.reload()
+    }
+
+    /// The clients' quotas.
+    pub fn quotas(&self) -> &crate::jobs::quotas::Quotas {
+        &self.quotas
     }
 
     /// True once shutdown has begun.

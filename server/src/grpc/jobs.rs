@@ -32,6 +32,9 @@ impl From<JobError> for Status {
             }
             JobError::KeyTaken(m) => Status::already_exists(m),
             JobError::NotFound(m) => Status::not_found(m),
+            JobError::OverQuota(over) => {
+                colball_proto::reason::over_quota(over.message, over.quota, over.retry_after)
+            }
             JobError::Incomplete(m) => Status::aborted(m),
             JobError::ShuttingDown => colball_proto::reason::shutting_down(e.to_string()),
             JobError::Store(e) => {

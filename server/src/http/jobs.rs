@@ -146,6 +146,13 @@ impl IntoResponse for JobError {
             }
             JobError::KeyTaken(_) | JobError::Incomplete(_) => StatusCode::CONFLICT,
             JobError::NotFound(_) => StatusCode::NOT_FOUND,
+            JobError::OverQuota(over) => {
+                let mut response = error(StatusCode::TOO_MANY_REQUESTS, over.message.clone());
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, over.retry_after.as_secs().into());
+                return response;
+            }
             JobError::ShuttingDown
             | JobError::Store(StoreError::Unavailable(_) | StoreError::Conflict(_)) => {
                 StatusCode::SERVICE_UNAVAILABLE

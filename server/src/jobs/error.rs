@@ -26,6 +26,9 @@ pub enum JobError {
     /// The submission ended before it was complete; nothing of it is kept.
     #[error("{0}")]
     Incomplete(String),
+    /// The client is over one of its quotas.
+    #[error("{}", .0.message)]
+    OverQuota(super::quotas::OverQuota),
     /// The coordinator is shutting down.
     #[error("the coordinator is shutting down; ask again from the last index read")]
     ShuttingDown,

@@ -21,6 +21,7 @@ mod error;
 mod follow;
 mod keys;
 mod progress;
+pub mod quotas;
 mod run;
 pub mod store;
 mod submit;

@@ -131,6 +131,7 @@ mod tests {
             failure: String::new(),
             fail_fast: false,
             any_order: false,
+            bytes: 0,
         }
     }
 

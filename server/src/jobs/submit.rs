@@ -9,12 +9,14 @@
 //! run and deletes the job and its results.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use colball_core::Priority;
 use colball_proto::{egress, v1};
 use tokio_stream::{Stream, StreamExt};
 
 use super::keys::{KeyHold, check_key};
+use super::quotas::Held;
 use super::run::Upload;
 use super::store::{Entry, JobRow, NewJob};
 use super::{JobError, Jobs, SubmitError};
@@ -50,6 +52,19 @@ impl Jobs {
             ))
             .into());
         }
+        let quotas = self.scheduler.quotas();
+        quotas
+            .submission(client, Instant::now())
+            .map_err(JobError::OverQuota)?;
+        let quota = quotas.of(client);
+        let held = if quota.reads_the_store() {
+            self.held(client).await?
+        } else {
+            Held::default()
+        };
+        quota
+            .check(client, &held, 0, 0)
+            .map_err(JobError::OverQuota)?;
         self.check_room().await?;
         let seq = self
             .store
@@ -103,8 +118,17 @@ impl Jobs {
                     }
                 }
                 let valid = n - invalid.len() as u64;
+                quota
+                    .check(client, &held, count + n, 0)
+                    .map_err(JobError::OverQuota)?;
                 self.check_room().await?;
                 self.store.add(seq, count, chunk).await?;
+                if quota.stored_mib.is_some() {
+                    let bytes = self.store.job(seq).await?.map_or(0, |row| row.bytes);
+                    quota
+                        .check(client, &held, count + n, bytes)
+                        .map_err(JobError::OverQuota)?;
+                }
                 upload.puzzles += n;
                 upload.valid += valid;
                 if count == 0 {
@@ -148,6 +172,24 @@ impl Jobs {
             run.upload.send_replace(upload);
         }
         Ok(row)
+    }
+
+    /// What `client` holds in the store now, for its quotas.
+    async fn held(&self, client: &str) -> Result<Held, JobError> {
+        let now_ms = events::unix_ms();
+        let mut held = Held::default();
+        for row in self.store.list(client).await? {
+            held.bytes += row.bytes;
+            if row.state.finished() {
+                let ends = row.finished_ms + self.limits.retention.as_millis() as i64;
+                let wait = Duration::from_millis(ends.saturating_sub(now_ms).max(0) as u64);
+                held.frees_in = Some(held.frees_in.map_or(wait, |w| w.min(wait)));
+            } else {
+                held.queued += row.remaining();
+                held.rate += self.status(&row).rate;
+            }
+        }
+        Ok(held)
     }
 
     /// Refuses more puzzles when the store has reached `--max-store-mib`.

@@ -392,3 +392,141 @@ async fn a_running_job_s_status_has_its_rate_and_an_estimated_end() {
     assert_eq!(job.state, v1::JobState::Running as i32);
     cluster.shutdown().await;
 }
+
+/// A classic puzzle file of `n` 2x2 puzzles (ids `PREFIX1..`, each id
+/// padded to `id_bytes`), as JSON Lines.
+fn puzzle_file(prefix: &str, n: usize, id_bytes: usize) -> String {
+    let mut body = String::new();
+    for i in 0..n {
+        let id = format!(
+            "{prefix}{i:0>width$}",
+            width = id_bytes.saturating_sub(prefix.len())
+        );
+        body.push_str(&format!(
+            "{{\"id\": \"{id}\", \"start\": [\"RG\", \"BB\"], \"target\": [\"GR\", \"BB\"]}}\n"
+        ));
+    }
+    body
+}
+
+/// Per-client quotas on a coordinator process without workers (so jobs
+/// stay queued): over its queued-puzzle quota a client is refused, over
+/// HTTP (429, Retry-After) and gRPC (RESOURCE_EXHAUSTED with the reason
+/// and a retry delay), the quota named, and nothing of the refused job
+/// kept, while another client is served; the stored-MiB and per-minute
+/// quotas likewise; a new quotas file holds after SIGHUP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_over_its_quota_is_refused_naming_it_while_another_is_served() {
+    use crate::jobs::http_with_head;
+    let dir = std::env::temp_dir().join(format!("colball-quotas-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tokens = dir.join("tokens");
+    std::fs::write(
+        &tokens,
+        "alice a-token\nbob b-token\ncarol c-token\ndave d-token\n",
+    )
+    .unwrap();
+    let quotas = dir.join("quotas");
+    let quota_lines = |alice_queued: u64| {
+        format!(
+            "alice queued-puzzles={alice_queued}\ncarol stored-mib=1\ndave submissions-per-minute=2\n* queued-puzzles=100000\n"
+        )
+    };
+    std::fs::write(&quotas, quota_lines(1000)).unwrap();
+    let c = procs::coordinator(
+        Path::new(BIN),
+        "127.0.0.1:0",
+        &[
+            "--client-tokens-file",
+            tokens.to_str().unwrap(),
+            "--client-quotas-file",
+            quotas.to_str().unwrap(),
+        ],
+    );
+    let addr: std::net::SocketAddr = c.http.parse().unwrap();
+    let post = |token: &'static str, body: String| async move {
+        http_with_head(addr, "POST", "/api/v1/jobs", Some(token), body.as_bytes()).await
+    };
+    let jobs_of = |token: &'static str| async move {
+        let (_, body) = http(addr, "GET", "/api/v1/jobs", Some(token), b"").await;
+        serde_json::from_str::<Vec<serde_json::Value>>(&body).unwrap()
+    };
+    // Alice: 800 queued, then 300 more is over 1,000.
+    let (code, _, body) = post("a-token", puzzle_file("a", 800, 4)).await;
+    assert_eq!(code, 201, "{body}");
+    let (code, head, body) = post("a-token", puzzle_file("b", 300, 4)).await;
+    assert_eq!(code, 429, "{body}");
+    assert!(
+        body.contains("queued-puzzles (1000)") && body.contains("alice"),
+        "{body}"
+    );
+    assert!(head.to_lowercase().contains("retry-after: 60"), "{head}");
+    assert_eq!(jobs_of("a-token").await.len(), 1, "nothing of it is kept");
+    // Bob (the `*` line) is served meanwhile.
+    let (code, _, body) = post("b-token", puzzle_file("c", 5000, 4)).await;
+    assert_eq!(code, 201, "{body}");
+    // Over gRPC: RESOURCE_EXHAUSTED, its reason and its wait.
+    let security = colball_client::remote::Security {
+        token: Some(colball_proto::Secret::new("a-token", "token").unwrap()),
+        ..Default::default()
+    };
+    let mut alice = colball_client::jobs::Jobs::connect(&c.url, &security)
+        .await
+        .unwrap();
+    let two = colball_solver::Size::new(2, 2).unwrap();
+    let mut g = colball_solver::generate::Generator::new(3);
+    let puzzles: Vec<_> = (0..300)
+        .map(|i| (format!("g{i}"), g.uniform(two)))
+        .collect();
+    let refused = alice.submit(&puzzles, None, "").await.unwrap_err();
+    let colball_client::remote::ClientError::Status(status) = refused else {
+        panic!("{refused:?}")
+    };
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+    assert!(status.message().contains("queued-puzzles"), "{status:?}");
+    assert_eq!(
+        colball_proto::reason::of(&status).as_deref(),
+        Some(colball_proto::reason::OVER_QUOTA)
+    );
+    // Carol: 1 MiB at most; 20,000 puzzles with 64-byte ids are more.
+    let (code, _, body) = post("c-token", puzzle_file("d", 20_000, 64)).await;
+    assert_eq!(code, 429, "{body}");
+    assert!(body.contains("stored-mib (1)"), "{body}");
+    assert!(jobs_of("c-token").await.is_empty());
+    let (code, _, body) = post("c-token", puzzle_file("e", 100, 4)).await;
+    assert_eq!(code, 201, "{body}");
+    // Dave: two submissions a minute.
+    for _ in 0..2 {
+        assert_eq!(post("d-token", puzzle_file("f", 1, 4)).await.0, 201);
+    }
+    let (code, head, body) = post("d-token", puzzle_file("f", 1, 4)).await;
+    assert_eq!(code, 429, "{body}");
+    assert!(body.contains("submissions-per-minute (2)"), "{body}");
+    let wait: u64 = head
+        .lines()
+        .find_map(|l| {
+            l.to_lowercase()
+                .strip_prefix("retry-after: ")
+                .map(str::to_string)
+        })
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&wait), "{head}");
+    // A new file, read on SIGHUP: alice may queue 2,000 now.
+    std::fs::write(&quotas, quota_lines(2000)).unwrap();
+    c.proc.signal("HUP");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (code, _, body) = post("a-token", puzzle_file("h", 300, 4)).await;
+        if code == 201 {
+            break;
+        }
+        assert_eq!(code, 429, "{body}");
+        assert!(Instant::now() < deadline, "the new quotas did not hold");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(c);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

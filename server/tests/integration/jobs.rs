@@ -549,6 +549,18 @@ pub(crate) async fn http(
     token: Option<&str>,
     body: &[u8],
 ) -> (u16, String) {
+    let (code, _, body) = http_with_head(addr, method, path, token, body).await;
+    (code, body)
+}
+
+/// One HTTP/1.0 request: the status code, the head and the body.
+pub(crate) async fn http_with_head(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &[u8],
+) -> (u16, String, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let auth = token.map_or_else(String::new, |t| format!("authorization: Bearer {t}\r\n"));
@@ -567,7 +579,8 @@ pub(crate) async fn http(
     .unwrap()
     .unwrap();
     let code = text.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (code, text.split_once("\r\n\r\n").unwrap().1.to_string())
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    (code, head.to_string(), body.to_string())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

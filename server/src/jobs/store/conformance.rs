@@ -140,6 +140,16 @@ async fn a_job_goes_in_is_sealed_and_its_results_read_back() {
             (row.state, row.puzzles, row.remaining()),
             (JobState::Running, 10, 10)
         );
+        // Its bytes count its puzzles: at least their ids' bytes.
+        let ids: u64 = all
+            .iter()
+            .map(|e| match e {
+                Entry::Puzzle { id, .. } => id.len() as u64,
+                Entry::Invalid(_) => 0,
+            })
+            .sum();
+        let stored = row.bytes;
+        assert!(stored >= ids && ids > 0, "{name}: {stored} bytes");
         assert_eq!(
             (row.name.as_str(), row.owner.as_str()),
             ("night run", "alice")
@@ -172,6 +182,12 @@ async fn a_job_goes_in_is_sealed_and_its_results_read_back() {
             [false],
             "{name}: kept once"
         );
+        // And its results (once each).
+        let with_results = s.job(job).await.unwrap().unwrap().bytes;
+        assert!(with_results > stored, "{name}: {with_results} bytes");
+        put(s, vec![(job, solved(0))]).await;
+        assert_eq!(s.job(job).await.unwrap().unwrap().bytes, with_results);
+        assert_eq!(s.list("alice").await.unwrap()[0].bytes, with_results);
         // In order up to the first gap; after it, gaps and all.
         assert_eq!(
             indices(&s.results(job, 0, 100, false).await.unwrap()),

@@ -53,6 +53,14 @@ struct StoredJob {
 }
 
 impl StoredJob {
+    /// Its row, with its bytes.
+    fn row(&self) -> JobRow {
+        JobRow {
+            bytes: self.bytes,
+            ..self.row.clone()
+        }
+    }
+
     /// Stores result `r` of puzzle `index` unless it has one; whether it
     /// was new.
     fn put(&mut self, index: u64, encoded: Box<[u8]>, error: bool) -> bool {
@@ -116,9 +124,8 @@ impl MemoryStore {
         self.books()
             .jobs
             .values()
-            .map(|j| &j.row)
-            .filter(|r| keep(r))
-            .cloned()
+            .filter(|j| keep(&j.row))
+            .map(StoredJob::row)
             .collect()
     }
 }
@@ -157,6 +164,7 @@ impl JobStore for MemoryStore {
             failure: String::new(),
             fail_fast: job.fail_fast,
             any_order: job.any_order,
+            bytes: 0,
         };
         books.bytes += JOB_BYTES;
         books.jobs.insert(
@@ -243,7 +251,7 @@ impl JobStore for MemoryStore {
                 row.finished_ms = 0;
             }
         }
-        Ok(row.clone())
+        Ok(stored.row())
     }
 
     async fn size_bytes(&self) -> Result<u64, StoreError> {
@@ -277,7 +285,7 @@ impl JobStore for MemoryStore {
     }
 
     async fn job(&self, job: i64) -> Result<Option<JobRow>, StoreError> {
-        Ok(self.books().jobs.get(&job).map(|j| j.row.clone()))
+        Ok(self.books().jobs.get(&job).map(StoredJob::row))
     }
 
     async fn list(&self, owner: &str) -> Result<Vec<JobRow>, StoreError> {

@@ -80,6 +80,10 @@ pub struct JobRow {
     /// Results are read in the order they were stored, not input order
     /// (`JobOptions.any_order`).
     pub any_order: bool,
+    /// What the job's puzzles and results take in the store (their data,
+    /// and a fixed cost per row): what counts toward its client's
+    /// stored-MiB quota.
+    pub bytes: u64,
 }
 
 impl JobRow {

@@ -179,7 +179,7 @@ const WINDOW_UPLOADED: &str = "SELECT 1 FROM colball_jobs j \
      WHERE j.seq = w.job AND (j.state <> 0 OR j.puzzles >= (w.win + 1) * 8192)";
 
 const JOB_COLUMNS: &str = "seq, owner, name, priority, state, puzzles, solved, errors, \
-     created_ms, finished_ms, failure, fail_fast, any_order";
+     created_ms, finished_ms, failure, fail_fast, any_order, bytes";
 
 /// See the module documentation.
 #[derive(Debug)]
@@ -517,6 +517,7 @@ impl PostgresStore {
             failure: r.get(10),
             fail_fast: r.get(11),
             any_order: r.get(12),
+            bytes: r.get::<_, i64>(13) as u64,
         }
     }
 

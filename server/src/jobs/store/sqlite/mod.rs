@@ -34,9 +34,12 @@ use super::{Entry, JobRow, JobState, JobStore, NewJob, Pending, StoreError, ToWr
 /// ones [`row`] reads, in its order.
 macro_rules! select_jobs {
     () => {
-        "SELECT seq, owner, name, priority, state, puzzles, solved, errors, created_ms, finished_ms, failure, fail_fast, any_order FROM jobs WHERE "
+        "SELECT seq, owner, name, priority, state, puzzles, solved, errors, created_ms, finished_ms, failure, fail_fast, any_order, bytes FROM jobs WHERE "
     };
 }
+
+/// What a row costs beyond its data, in a job's [`JobRow::bytes`].
+const ROW_BYTES: i64 = 24;
 
 /// The database file's name under the data dir.
 pub const FILE_NAME: &str = "colball.sqlite3";
@@ -106,9 +109,9 @@ fn put(tx: &rusqlite::Transaction<'_>, incoming: &[Incoming<'_>]) -> Result<Vec<
             }
         }
     }
-    // New results per job (solved, errors), and an any-order job's new
-    // indices in the order they were stored.
-    let mut counts: HashMap<i64, (i64, i64, Vec<u64>)> = HashMap::new();
+    // New results per job (solved, errors, their bytes), and an any-order
+    // job's new indices in the order they were stored.
+    let mut counts: HashMap<i64, (i64, i64, i64, Vec<u64>)> = HashMap::new();
     for (i, r) in incoming.iter().enumerate() {
         let Some(Some(row)) = positions
             .get(&r.job)
@@ -126,8 +129,9 @@ fn put(tx: &rusqlite::Transaction<'_>, incoming: &[Incoming<'_>]) -> Result<Vec<
         let c = counts.entry(r.job).or_default();
         c.0 += i64::from(!r.error);
         c.1 += i64::from(r.error);
+        c.2 += r.bytes.len() as i64 + ROW_BYTES;
         if let Some(Some(Some(_))) = positions.get(&r.job) {
-            c.2.push(r.index);
+            c.3.push(r.index);
         }
     }
     let mut write =
@@ -141,11 +145,11 @@ fn put(tx: &rusqlite::Transaction<'_>, incoming: &[Incoming<'_>]) -> Result<Vec<
         write.execute(params![at, slots])?;
     }
     let mut count = tx.prepare_cached(
-        "UPDATE jobs SET solved = solved + ?2, errors = errors + ?3 WHERE seq = ?1",
+        "UPDATE jobs SET solved = solved + ?2, errors = errors + ?3, bytes = bytes + ?4 WHERE seq = ?1",
     )?;
     let mut order = tx.prepare_cached("INSERT INTO orders (key, indices) VALUES (?1, ?2)")?;
-    for (job, (solved, errors, indices)) in counts {
-        count.execute(params![job, solved, errors])?;
+    for (job, (solved, errors, bytes, indices)) in counts {
+        count.execute(params![job, solved, errors, bytes])?;
         if let Some(Some(Some(first))) = positions.get(&job) {
             order.execute(params![key(job, *first), layout::pack_indices(&indices)])?;
         }
@@ -311,11 +315,13 @@ impl Database {
         {
             let mut chunk =
                 tx.prepare_cached("INSERT INTO chunks (key, puzzles, ids) VALUES (?1, ?2, ?3)")?;
+            let mut bytes = 0;
             for (at, part) in (first..)
                 .step_by(layout::CHUNK)
                 .zip(entries.chunks(layout::CHUNK))
             {
                 let (puzzles, ids) = layout::pack(part);
+                bytes += (puzzles.len() + ids.len()) as i64 + ROW_BYTES;
                 chunk.execute(params![key(job, at), puzzles, ids])?;
             }
             let mut encoded = Vec::new();
@@ -339,8 +345,10 @@ impl Database {
                 })
                 .collect();
             put(&tx, &incoming)?;
-            tx.prepare_cached("UPDATE jobs SET puzzles = puzzles + ?2 WHERE seq = ?1")?
-                .execute(params![job, entries.len() as i64])?;
+            tx.prepare_cached(
+                "UPDATE jobs SET puzzles = puzzles + ?2, bytes = bytes + ?3 WHERE seq = ?1",
+            )?
+            .execute(params![job, entries.len() as i64, bytes])?;
         }
         tx.commit()?;
         Ok(())
@@ -719,6 +727,7 @@ fn row(r: &rusqlite::Row<'_>, instance: &str) -> rusqlite::Result<JobRow> {
         failure: r.get(10)?,
         fail_fast: r.get::<_, i64>(11)? != 0,
         any_order: r.get::<_, i64>(12)? != 0,
+        bytes: r.get::<_, i64>(13)? as u64,
     })
 }
 
@@ -1050,6 +1059,16 @@ mod tests {
             }
         }
         let s = Database::open(Some(&dir), None).unwrap();
+        // The migration counted the job's bytes: its chunks and results.
+        let packed: usize = all
+            .chunks(layout::CHUNK)
+            .map(|c| {
+                let (puzzles, ids) = layout::pack(c);
+                puzzles.len() + ids.len()
+            })
+            .sum();
+        let counted = s.job(1).unwrap().unwrap().bytes;
+        assert!(counted > packed as u64, "{counted} bytes, {packed} packed");
         let indices = |from, stored_order| -> Vec<u64> {
             s.results(1, from, 10, stored_order)
                 .unwrap()
@@ -1080,6 +1099,7 @@ mod tests {
         assert_eq!(indices(0, true), [250, 3, 130, 7, 5]);
         let row = s.job(1).unwrap().unwrap();
         assert_eq!((row.solved, row.errors, row.any_order), (4, 1, true));
+        assert!(row.bytes > counted, "the new result counts");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -12,7 +12,7 @@ use super::layout::{self, CHUNK, key};
 use crate::jobs::store::Entry;
 
 /// The schema version this build writes.
-pub const VERSION: i64 = 3;
+pub const VERSION: i64 = 4;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (
@@ -32,7 +32,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     finished_ms INTEGER NOT NULL DEFAULT 0,
     failure TEXT NOT NULL DEFAULT '',
     fail_fast INTEGER NOT NULL DEFAULT 0,
-    any_order INTEGER NOT NULL DEFAULT 0
+    any_order INTEGER NOT NULL DEFAULT 0,
+    -- What the job's rows hold: its chunks' and results' bytes.
+    bytes INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, seq);
 -- key: job << 32 | the chunk's first index.
@@ -99,6 +101,12 @@ pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
         tx.execute_batch("ALTER TABLE results RENAME TO results_v2;")?;
     }
     tx.execute_batch("DROP INDEX IF EXISTS results_by_pos;")?;
+    // A table of an earlier version lacks the jobs' bytes (SCHEMA leaves
+    // an existing table as it is); they are counted below.
+    let count_bytes = has("jobs", "seq")? && !has("jobs", "bytes")?;
+    if count_bytes {
+        tx.execute_batch("ALTER TABLE jobs ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0")?;
+    }
     tx.execute_batch(SCHEMA)?;
     if first_layout {
         tx.execute_batch(SECOND_RESULTS)?;
@@ -114,6 +122,16 @@ pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
     if first_layout || second_layout {
         slot_results(&tx)?;
         tx.execute_batch("DROP TABLE results_v2;")?;
+    }
+    if count_bytes {
+        // Each job's chunks and results rows, as `add` and `put` count them.
+        tx.execute_batch(
+            "UPDATE jobs SET bytes =
+                (SELECT COALESCE(SUM(length(puzzles) + length(ids) + 24), 0) FROM chunks
+                 WHERE key >= jobs.seq << 32 AND key < (jobs.seq + 1) << 32)
+              + (SELECT COALESCE(SUM(length(slots) + 24), 0) FROM results
+                 WHERE key >= jobs.seq << 32 AND key < (jobs.seq + 1) << 32)",
+        )?;
     }
     tx.pragma_update(None, "user_version", VERSION)?;
     tx.commit()
