@@ -18,7 +18,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 SERVER = os.environ.get("COLBALL_SERVER_BIN", str(ROOT / "target" / "debug" / "colball-server"))
 CLIENT = os.environ.get("COLBALL_CLIENT_BIN", str(ROOT / "target" / "debug" / "colball"))
-EXAMPLES = ROOT.parent / "shared" / "examples"
+EXAMPLES = ROOT / "docs" / "examples"
 TOKENS = {"alice": "alice-token", "bob": "bob-token"}
 
 
@@ -91,6 +91,18 @@ def cluster(tokens_file: str) -> Iterator[Coordinator]:
         finally:
             stop(worker)
             coordinator.stop()
+
+
+def generated(directory: pathlib.Path, count: int = 300, seed: int = 5) -> pathlib.Path:
+    """A file of `count` random puzzles of the sizes up to 3x4, from `colball gen`."""
+    path = directory / f"gen-{count}-{seed}.in"
+    with open(path, "wb") as f:
+        subprocess.run(
+            [CLIENT, "gen", "--size", "2x2,2x3,3x3,3x4", "--count", str(count), "--seed", str(seed)],
+            check=True,
+            stdout=f,
+        )
+    return path
 
 
 def in_process(path: pathlib.Path) -> List[str]:

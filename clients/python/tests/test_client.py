@@ -15,7 +15,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 import colball
-from conftest import CLIENT, EXAMPLES, TOKENS, in_process
+from conftest import CLIENT, EXAMPLES, TOKENS, generated, in_process
 
 
 def client(cluster, name: str = "alice", **kw) -> colball.Client:
@@ -26,8 +26,8 @@ def moves(results: List[colball.Result]) -> List[str]:
     return [str(r.moves) if r.ok else "error" for r in results]
 
 
-def test_a_file_s_results_equal_the_in_process_answers(cluster):
-    path = EXAMPLES / "small-uniform.in"
+def test_a_file_s_results_equal_the_in_process_answers(cluster, tmp_path):
+    path = generated(tmp_path)
     expected = in_process(path)
     with client(cluster) as c:
         job = c.submit(path, name="uniform", priority="normal")
@@ -178,8 +178,8 @@ class CuttingProxy:
         self.server.close()
 
 
-def test_results_resume_after_a_broken_connection(cluster):
-    path = EXAMPLES / "small-uniform.in"
+def test_results_resume_after_a_broken_connection(cluster, tmp_path):
+    path = generated(tmp_path, seed=6)
     expected = in_process(path)
     with client(cluster) as c:
         job = c.submit(path)

@@ -149,3 +149,54 @@ async fn a_submitted_job_survives_three_kills_and_its_results_print_what_solve_p
     assert!(json["rate"].as_f64().unwrap() > 0.0, "{json}");
     assert_eq!(json["eta_unix_ms"], json["finished_unix_ms"], "{json}");
 }
+
+/// On a terminal (a pseudo-terminal from `script`), `colball job results
+/// --wait` draws its progress bar on standard error, and `--quiet` does
+/// not; the results on standard output are the same either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_results_wait_draws_a_progress_bar_on_a_terminal_only() {
+    const PUZZLES: usize = 3000;
+    let coordinator = procs::coordinator(Path::new(BIN), "127.0.0.1:0", &[]);
+    let _w = procs::worker(
+        Path::new(BIN),
+        &coordinator.url,
+        "w",
+        colball_testkit::procs::Stderr::Quiet,
+        &[],
+    );
+    let (input, local) = puzzles_and_answers("2x2,2x3,3x3", PUZZLES, 31);
+    let submit = colball(&["job", "submit", "--connect", &coordinator.url], &input);
+    assert!(submit.status.success(), "{}", text(&submit.stderr));
+    let id = text(&submit.stdout).trim().to_string();
+    let dir = std::env::temp_dir().join(format!("colball-bar-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let on_terminal = |quiet: bool| {
+        let out = dir.join(format!("out-{quiet}"));
+        let command = format!(
+            "'{}' {} job results {id} --wait --connect {} > '{}'",
+            colball_bin().display(),
+            if quiet { "--quiet" } else { "" },
+            coordinator.url,
+            out.display()
+        );
+        // `script` runs the command on a pseudo-terminal and copies what
+        // it writes there (its standard error) to its own output.
+        let session = Command::new("script")
+            .args(["-qec", &command, "/dev/null"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("script (util-linux) runs");
+        assert!(session.status.success(), "{}", text(&session.stderr));
+        (text(&session.stdout), std::fs::read(&out).unwrap())
+    };
+    let (terminal, results) = on_terminal(false);
+    assert!(
+        terminal.contains("results") && terminal.contains(&format!("/{PUZZLES}")),
+        "no bar on the terminal: {terminal:?}"
+    );
+    assert!(results == local, "the results differ from in-process");
+    let (terminal, results) = on_terminal(true);
+    assert!(!terminal.contains(&format!("/{PUZZLES}")), "{terminal:?}");
+    assert!(results == local);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

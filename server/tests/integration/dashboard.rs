@@ -165,6 +165,8 @@ impl DevTools {
                 state: r.className.split(" ")[1],
                 percent: Number(r.dataset.percent),
                 width: r.querySelector(".bar > div").style.width,
+                rate: Number(r.dataset.rate),
+                eta: r.dataset.eta,
             })),
             queued: ["interactive", "normal", "bulk"]
                 .map(c => Number(document.getElementById("queued-" + c).textContent)),
@@ -241,6 +243,9 @@ struct JobShown {
     percent: f64,
     /// The progress bar's fill, as a CSS width.
     width: String,
+    /// Results per second, and the time left ("in 12 s").
+    rate: f64,
+    eta: String,
 }
 
 /// What each chart says it drew.
@@ -353,8 +358,8 @@ async fn the_dashboard_shows_workers_joining_and_answers_rising_live() {
         "{c:?}"
     );
 
-    // A job: listed with a progress bar that fills as it runs, green when
-    // done.
+    // A job: listed with a progress bar that fills as it runs, its rate and
+    // time left, green when done.
     assert!(drawn.jobs.is_empty(), "{:?}", drawn.jobs);
     let mut jobs = Jobs::connect(&cluster.url(), &Security::default())
         .await
@@ -373,6 +378,16 @@ async fn the_dashboard_shows_workers_joining_and_answers_rising_live() {
     let job = &finished.jobs[0];
     assert_eq!((job.id.as_str(), job.percent), (id.as_str(), 100.0));
     assert_eq!(job.width, "100%");
+    // Done: its average rate, and no time left.
+    assert!(job.rate > 0.0 && job.eta.is_empty(), "{job:?}");
+    // Running, it showed its rate and the time left, live.
+    assert!(
+        seen.iter()
+            .filter_map(|s| s.jobs.first())
+            .any(|j| j.percent < 100.0 && j.rate > 0.0 && j.eta.starts_with("in ")),
+        "no rate and ETA while it ran: {:?}",
+        seen.iter().map(|s| &s.jobs).collect::<Vec<_>>()
+    );
     let partial: Vec<f64> = seen
         .iter()
         .filter_map(|s| s.jobs.first())
