@@ -161,7 +161,7 @@ async fn job_results_wait_draws_a_progress_bar_on_a_terminal_only() {
         Path::new(BIN),
         &coordinator.url,
         "w",
-        colball_testkit::procs::Stderr::Quiet,
+        procs::Stderr::Quiet,
         &[],
     );
     let (input, local) = puzzles_and_answers("2x2,2x3,3x3", PUZZLES, 31);
