@@ -25,6 +25,7 @@ pub mod quotas;
 mod run;
 pub mod store;
 mod submit;
+pub mod webhooks;
 mod writer;
 
 use std::sync::Arc;
