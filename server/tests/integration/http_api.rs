@@ -14,7 +14,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use colball_proto::v1;
-use colball_server::coordinator::Config;
 use colball_testkit::LocalCluster;
 use colball_testkit::procs::{self, Proc, Stderr};
 
@@ -321,14 +320,14 @@ async fn results_as_csv_are_the_ndjson_results_in_rows() {
 /// estimated end in the future; once done, its average rate and its end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_job_s_status_has_its_rate_and_an_estimated_end() {
-    // Slow enough to watch: 4x4 puzzles on one worker thread.
-    let config = Config { ..quick() };
-    let cluster = LocalCluster::start(config, 1, 1).await.unwrap();
+    // 10,000 4x4 puzzles on one worker thread: many seconds of work (it is
+    // cancelled once read).
+    let cluster = LocalCluster::start(quick(), 1, 1).await.unwrap();
     let addr = cluster.serve_http().await.unwrap();
     let mut g = colball_solver::generate::Generator::new(11);
     let four = colball_solver::Size::new(4, 4).unwrap();
     let mut body = String::new();
-    for _ in 0..3000 {
+    for _ in 0..10_000 {
         let p = g.uniform(four);
         body.push_str(&format!(
             "4 4\n{}\n{}\n",
