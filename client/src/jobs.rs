@@ -201,7 +201,29 @@ pub fn job_line(job: &v1::Job, now_unix_ms: i64) -> String {
     if !job.failure.is_empty() {
         line.push_str(&format!(": {}", job.failure));
     }
+    if let Some(hook) = &job.webhook {
+        line.push_str(&format!("; webhook {}", webhook_state(hook, finished)));
+    }
     line
+}
+
+/// How a job's webhook call stands, in words.
+fn webhook_state(hook: &v1::WebhookStatus, finished: bool) -> String {
+    let tries = match hook.attempts {
+        1 => "1 call".to_string(),
+        n => format!("{n} calls"),
+    };
+    if hook.delivered {
+        format!("delivered ({tries})")
+    } else if !finished {
+        "to call once it finishes".to_string()
+    } else if hook.next_unix_ms > 0 && hook.attempts == 0 {
+        "due".to_string()
+    } else if hook.next_unix_ms > 0 {
+        format!("failed so far ({tries}), trying again")
+    } else {
+        format!("given up ({tries})")
+    }
 }
 
 /// A job as a JSON object.
@@ -220,6 +242,12 @@ pub fn job_json(job: &v1::Job) -> serde_json::Value {
         "any_order": job.any_order,
         "rate": job.rate,
         "eta_unix_ms": job.eta_unix_ms,
+        "webhook": job.webhook.as_ref().map(|w| serde_json::json!({
+            "url": w.url,
+            "attempts": w.attempts,
+            "delivered": w.delivered,
+            "next_unix_ms": w.next_unix_ms,
+        })),
     })
 }
 
@@ -565,6 +593,7 @@ impl BatchJob<'_> {
             // Results are read as the puzzles go up (see `early`).
             key: fresh_key(),
             puzzles: total,
+            webhook: String::new(),
         };
         // Whether the coordinator answers at all: a failure of the probe is
         // not a break to ride out but a wrong URL, port or scheme. It runs
@@ -877,5 +906,59 @@ impl BatchJob<'_> {
             }
         };
         let _ = tokio::time::timeout(Duration::from_secs(3), call).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(state: v1::JobState, webhook: Option<v1::WebhookStatus>) -> v1::Job {
+        v1::Job {
+            id: "j7-5f3a9c21d0b4".into(),
+            state: state as i32,
+            puzzles: 10,
+            solved: 10,
+            finished_unix_ms: if state == v1::JobState::Running { 0 } else { 5 },
+            webhook,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_job_s_line_says_how_its_webhook_call_stands() {
+        let hook = |attempts, delivered, next_unix_ms| {
+            Some(v1::WebhookStatus {
+                url: "https://hooks.example.com/x".into(),
+                attempts,
+                delivered,
+                next_unix_ms,
+            })
+        };
+        let done = v1::JobState::Done;
+        for (job, says) in [
+            (job(done, None), None),
+            (
+                job(v1::JobState::Running, hook(0, false, 0)),
+                Some("to call once it finishes"),
+            ),
+            (job(done, hook(0, false, 5)), Some("due")),
+            (job(done, hook(1, true, 0)), Some("delivered (1 call)")),
+            (
+                job(done, hook(2, false, 9)),
+                Some("failed so far (2 calls), trying again"),
+            ),
+            (job(done, hook(12, false, 0)), Some("given up (12 calls)")),
+        ] {
+            let line = job_line(&job, 0);
+            match says {
+                Some(says) => assert!(line.ends_with(&format!("; webhook {says}")), "{line}"),
+                None => assert!(!line.contains("webhook"), "{line}"),
+            }
+            assert_eq!(
+                job_json(&job)["webhook"]["attempts"].as_u64(),
+                job.webhook.as_ref().map(|w| u64::from(w.attempts))
+            );
+        }
     }
 }

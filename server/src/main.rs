@@ -16,6 +16,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use colball_proto::Secret;
+use colball_server::jobs::webhooks::allow::Pattern;
+use colball_server::jobs::webhooks::{WebhookConfig, WebhookSecret};
 use colball_server::telemetry::{self, LogFormat};
 use colball_server::{coordinator, http, shutdown, worker};
 use tokio::net::TcpListener;
@@ -173,6 +175,33 @@ struct CoordinatorArgs {
     /// again on SIGHUP.
     #[arg(long, env = "COLBALL_CLIENT_QUOTAS_FILE", value_name = "FILE")]
     client_quotas_file: Option<PathBuf>,
+    /// URLs that jobs may name as webhooks (repeatable, or comma-separated):
+    /// `SCHEME://HOST[:PORT][/PATH]`, the host a name, `*.DOMAIN` or an IP
+    /// address, the port a number or `*`, the path a prefix when it ends
+    /// with `*` (`https://hooks.example.com/*`, `http://127.0.0.1:*`).
+    /// Loopback and private addresses are called only under a pattern
+    /// naming one. None: webhooks are off. Needs --webhook-secret-file.
+    #[arg(
+        long,
+        value_name = "PATTERN",
+        env = "COLBALL_WEBHOOK_ALLOW",
+        value_delimiter = ','
+    )]
+    webhook_allow: Vec<String>,
+    /// The secret webhook calls are signed with (Standard Webhooks):
+    /// a file holding `whsec_` and the base64 of 24 to 64 random bytes.
+    #[arg(long, value_name = "FILE", env = "COLBALL_WEBHOOK_SECRET_FILE")]
+    webhook_secret_file: Option<PathBuf>,
+    /// A webhook call that fails is tried again, ever further apart (1 s,
+    /// 2 s, 4 s ... at most an hour), for this long after its job
+    /// finished.
+    #[arg(long, default_value_t = defaults().webhooks.retry_for.as_secs_f64() / 3600.0)]
+    webhook_retry_hours: f64,
+    /// The HTTP API's address as others reach it (`https://colball.example.com`),
+    /// for the results URL in webhook calls; default: http:// and the
+    /// --http address, unless that is 0.0.0.0 or [::].
+    #[arg(long, value_name = "URL", env = "COLBALL_PUBLIC_URL")]
+    public_url: Option<String>,
     /// Results one request may leave unread before its remaining puzzles
     /// wait for its client to read.
     #[arg(long, default_value_t = defaults().max_unread)]
@@ -408,6 +437,7 @@ impl TryFrom<&CoordinatorArgs> for coordinator::Config {
             job_retention: secs("--job-retention-hours", args.job_retention_hours * 3600.0)?,
             job_lease: secs("--job-lease-secs", args.job_lease_secs)?,
             max_store_bytes: args.max_store_mib.map(|m| m.saturating_mul(1 << 20)),
+            webhooks: webhook_config(args)?,
             client_token: Secret::from_sources(
                 args.client_token.as_deref(),
                 args.client_token_file.as_deref(),
@@ -427,19 +457,60 @@ impl TryFrom<&CoordinatorArgs> for coordinator::Config {
     }
 }
 
+/// The webhook flags, read and checked.
+fn webhook_config(args: &CoordinatorArgs) -> anyhow::Result<WebhookConfig> {
+    let allow = args
+        .webhook_allow
+        .iter()
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| Pattern::parse(p.trim()).map_err(|e| anyhow::anyhow!("--webhook-allow: {e}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let secret = args
+        .webhook_secret_file
+        .as_deref()
+        .map(WebhookSecret::read)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--webhook-secret-file {e}"))?;
+    if let Some(url) = &args.public_url {
+        let uri: axum::http::Uri = url
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--public-url {url:?}: {e}"))?;
+        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+            anyhow::bail!("--public-url {url:?}: expected http:// or https:// and a host");
+        }
+    }
+    Ok(WebhookConfig {
+        allow,
+        secret,
+        retry_for: secs("--webhook-retry-hours", args.webhook_retry_hours * 3600.0)?,
+        public_url: args.public_url.clone(),
+    })
+}
+
 async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
-    let config = coordinator::Config::try_from(&args)?;
+    let mut config = coordinator::Config::try_from(&args)?;
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
     let addr = listener.local_addr()?;
+    let http_listener = match args.http {
+        Some(http_addr) => Some(
+            TcpListener::bind(http_addr)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen on {http_addr}: {e}"))?,
+        ),
+        None => None,
+    };
+    if let Some(http) = &http_listener {
+        let bound = http.local_addr()?;
+        if config.webhooks.public_url.is_none() && !bound.ip().is_unspecified() {
+            config.webhooks.public_url = Some(format!("http://{bound}"));
+        }
+    }
     let shutdown = shutdown::on_signal();
     let app = colball_server::app::App::start(config, shutdown.clone()).await?;
     reload_on_sighup(app.scheduler.clone());
-    if let Some(http_addr) = args.http {
-        let http_listener = TcpListener::bind(http_addr)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {http_addr}: {e}"))?;
+    if let Some(http_listener) = http_listener {
         println!("http {}", http_listener.local_addr()?);
         tokio::spawn(http::run(http_listener, app.clone(), shutdown.clone()));
     }

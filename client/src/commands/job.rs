@@ -45,6 +45,10 @@ enum JobCommand {
         /// of that order.
         #[arg(long)]
         any_order: bool,
+        /// A URL the coordinator calls (a signed POST) once the job
+        /// finishes; it must match one of its --webhook-allow patterns.
+        #[arg(long, value_name = "URL", default_value = "")]
+        webhook: String,
     },
     /// A job's state and counts.
     Status {
@@ -120,7 +124,18 @@ mod cluster {
                     priority,
                     name,
                     any_order,
-                } => submit(&mut jobs, input, priority, &name, any_order).await,
+                    webhook,
+                } => {
+                    let options = v1::JobOptions {
+                        priority: PriorityArg::wire(priority).unwrap_or(v1::Priority::Unspecified)
+                            as i32,
+                        name,
+                        any_order,
+                        webhook,
+                        ..v1::JobOptions::default()
+                    };
+                    submit(&mut jobs, input, options).await
+                }
                 JobCommand::Status { id, format } => {
                     let job = jobs.get(&id).await?;
                     print_jobs(&[job], format)?;
@@ -166,9 +181,7 @@ mod cluster {
     async fn submit(
         jobs: &mut Jobs,
         input: Option<PathBuf>,
-        priority: Option<PriorityArg>,
-        name: &str,
-        any_order: bool,
+        options: v1::JobOptions,
     ) -> Result<ExitCode> {
         let (bytes, shown) = read_input(input.as_ref())?;
         let mut puzzles = Vec::new();
@@ -205,14 +218,6 @@ mod cluster {
             eprintln!("colball: {shown} holds no puzzle: nothing submitted");
             return Ok(ExitCode::FAILURE);
         }
-        let options = v1::JobOptions {
-            priority: PriorityArg::wire(priority).unwrap_or(v1::Priority::Unspecified) as i32,
-            name: name.to_string(),
-            fail_without_workers: false,
-            any_order,
-            key: String::new(),
-            puzzles: 0,
-        };
         let accepted = jobs.submit_with(&puzzles, options).await?;
         eprintln!(
             "colball: job {} stored: {} puzzles",

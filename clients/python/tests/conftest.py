@@ -5,6 +5,7 @@ picks, stopped by their PIDs at the end."""
 
 from __future__ import annotations
 
+import base64
 import os
 import pathlib
 import subprocess
@@ -80,11 +81,31 @@ def tokens_file() -> Iterator[str]:
         yield path
 
 
+#: The URLs the test cluster's jobs may name as webhooks.
+WEBHOOK_ALLOWED = "http://127.0.0.1:9/*"
+
+
 @pytest.fixture(scope="session")
 def cluster(tokens_file: str) -> Iterator[Coordinator]:
     """A coordinator with named client tokens and one worker."""
     with tempfile.TemporaryDirectory(prefix="colball-py-data-") as data:
-        coordinator = start_coordinator(["--client-tokens-file", tokens_file, "--data-dir", data])
+        secret = os.path.join(data, "webhook-secret")
+        with open(secret, "w") as f:
+            f.write("whsec_" + base64.b64encode(os.urandom(32)).decode() + "\n")
+        coordinator = start_coordinator(
+            [
+                "--client-tokens-file",
+                tokens_file,
+                "--data-dir",
+                data,
+                # Webhooks to a loopback port nothing listens on: calls
+                # are made, fail and are tried again.
+                "--webhook-allow",
+                WEBHOOK_ALLOWED,
+                "--webhook-secret-file",
+                secret,
+            ]
+        )
         worker = start_worker(coordinator.grpc)
         try:
             yield coordinator

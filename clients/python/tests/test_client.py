@@ -6,6 +6,7 @@ import json
 import socket
 import subprocess
 import threading
+import time
 from typing import List
 
 import httpx
@@ -109,6 +110,26 @@ def test_errors_carry_the_server_s_message(cluster):
     with colball.Client(cluster.http, token="wrong") as stranger:
         with pytest.raises(colball.Unauthorized):
             stranger.jobs()
+
+
+def test_a_job_names_a_webhook_and_its_status_shows_the_calls(cluster):
+    with client(cluster) as c:
+        with pytest.raises(colball.BadRequest) as refused:
+            c.submit(EXAMPLES / "sample.in", webhook="https://example.com/hook")
+        assert "--webhook-allow" in refused.value.message
+        plain = c.wait(c.submit(EXAMPLES / "sample.in"))
+        assert plain.webhook is None
+        job = c.wait(c.submit(EXAMPLES / "sample.in", webhook="http://127.0.0.1:9/hook"))
+        assert job.state == "done"
+        assert isinstance(job.webhook, colball.WebhookStatus)
+        assert job.webhook.url == "http://127.0.0.1:9/hook"
+        # Nothing listens there: the first call fails and another is due.
+        deadline = time.time() + 30
+        while c.status(job).webhook.attempts == 0:
+            assert time.time() < deadline, c.status(job)
+            time.sleep(0.1)
+        hook = c.status(job).webhook
+        assert not hook.delivered and hook.next_unix_ms > 0
 
 
 def test_cancel_and_delete(cluster):

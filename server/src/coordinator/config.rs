@@ -92,6 +92,8 @@ pub struct Config {
     /// Most bytes the job store may take before `Submit` is refused
     /// (`None`: no limit).
     pub max_store_bytes: Option<u64>,
+    /// The jobs' webhooks: which URLs, signed how, tried how long.
+    pub webhooks: crate::jobs::webhooks::WebhookConfig,
 }
 
 impl Default for Config {
@@ -127,6 +129,7 @@ impl Default for Config {
             job_retention: Duration::from_secs(168 * 3600),
             job_lease: Duration::from_secs(10),
             max_store_bytes: None,
+            webhooks: crate::jobs::webhooks::WebhookConfig::default(),
         }
     }
 }
@@ -225,6 +228,20 @@ impl Config {
                     "must be at least 10 ms, not {} ms",
                     self.heartbeat_interval.as_millis()
                 ),
+            );
+        }
+        if !self.webhooks.allow.is_empty() && self.webhooks.secret.is_none() {
+            return bad(
+                "webhooks.secret",
+                "--webhook-secret-file",
+                "is needed with --webhook-allow: every webhook call is signed".into(),
+            );
+        }
+        if self.webhooks.retry_for.is_zero() {
+            return bad(
+                "webhooks.retry_for",
+                "--webhook-retry-hours",
+                "must be more than 0".into(),
             );
         }
         if self.task_timeout.is_zero() {

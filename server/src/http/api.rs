@@ -161,6 +161,23 @@ pub struct Job {
     /// When it should end at that rate (once finished, when it did), in
     /// milliseconds since the Unix epoch; 0 when unknown.
     pub eta_unix_ms: i64,
+    /// Its webhook, if it names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<WebhookStatus>,
+}
+
+/// How the call to a job's webhook stands.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct WebhookStatus {
+    pub url: String,
+    /// Calls made so far.
+    pub attempts: u32,
+    /// A call was answered with a 2xx status.
+    pub delivered: bool,
+    /// When the next call is due, in milliseconds since the Unix epoch; 0
+    /// when none is (the job has not finished, or the call was delivered
+    /// or given up).
+    pub next_unix_ms: i64,
 }
 
 impl From<v1::Job> for Job {
@@ -179,6 +196,12 @@ impl From<v1::Job> for Job {
             any_order: job.any_order,
             rate: job.rate,
             eta_unix_ms: job.eta_unix_ms,
+            webhook: job.webhook.map(|w| WebhookStatus {
+                url: w.url,
+                attempts: w.attempts,
+                delivered: w.delivered,
+                next_unix_ms: w.next_unix_ms,
+            }),
         }
     }
 }
@@ -243,6 +266,11 @@ pub struct SubmitQuery {
     #[serde(default)]
     #[param(inline)]
     pub order: Order,
+    /// A URL to call (POST, a signed JSON body) once the job finishes;
+    /// it must match one of the coordinator's `--webhook-allow` patterns.
+    #[serde(default)]
+    #[param(max_length = 2048, example = "https://hooks.example.com/colball")]
+    pub webhook: String,
     /// A client token (instead of the `Authorization` header).
     #[serde(default)]
     #[param(value_type = Option<String>)]

@@ -210,7 +210,7 @@ impl FromRequestParts<App> for Caller {
     ),
     responses(
         (status = 201, description = "Every puzzle is stored", body = Submitted),
-        (status = 400, description = "A line or a query parameter that does not parse", body = ApiError),
+        (status = 400, description = "A line or a query parameter that does not parse, or a webhook URL no `--webhook-allow` pattern allows", body = ApiError),
         (status = 401, description = "A client token is needed and was missing or wrong", body = ApiError),
         (status = 413, description = "More puzzles than `--max-job-puzzles`", body = ApiError),
         (status = 503, description = "The coordinator is shutting down or its store is unavailable", body = ApiError),
@@ -230,6 +230,7 @@ async fn submit(
         any_order: q.order == Order::Any,
         key: String::new(),
         puzzles: 0,
+        webhook: q.webhook,
     };
     match app.jobs.submit(&client, options, upload(body)).await {
         Ok(row) => (

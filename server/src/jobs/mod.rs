@@ -12,7 +12,8 @@
 //! - [`results`](Jobs::results): what is stored, and with `follow` what
 //!   comes next (`follow.rs`);
 //! - keys (`keys.rs`): a job named by the client, readable before its
-//!   upload ends.
+//!   upload ends;
+//! - [`webhooks`]: a URL called once the job finishes.
 //!
 //! After a restart, unfinished jobs are taken up again and only puzzles
 //! without a stored result are solved.
@@ -123,6 +124,8 @@ pub struct Jobs {
     limits: Limits,
     /// The paces of the jobs whose status is read.
     speed: Speedometer,
+    /// Which webhooks are called, and how.
+    webhooks: webhooks::WebhookConfig,
     /// Counts of the work shared with other coordinators.
     pub(crate) sharing: Sharing,
 }
@@ -155,6 +158,7 @@ impl Jobs {
                 lease: config.job_lease,
             },
             speed: Speedometer::default(),
+            webhooks: config.webhooks.clone(),
             sharing: Sharing::default(),
         });
         // The writer ends with the process (its sender lives in `jobs`).
@@ -168,6 +172,7 @@ impl Jobs {
             jobs.scheduler.spawn(span(), jobs.clone().resume());
         }
         jobs.scheduler.spawn(span(), jobs.clone().retention());
+        jobs.scheduler.spawn(span(), jobs.clone().deliver());
         jobs
     }
 

@@ -132,6 +132,7 @@ mod tests {
             fail_fast: false,
             any_order: false,
             bytes: 0,
+            webhook: None,
         }
     }
 

@@ -44,6 +44,14 @@ impl Jobs {
         if !options.key.is_empty() {
             check_key(&options.key, "options.key")?;
         }
+        let webhook = match options.webhook.as_str() {
+            "" => None,
+            url => Some(
+                self.webhooks
+                    .check(url)
+                    .map_err(|why| JobError::Invalid(format!("field webhook: {why}")))?,
+            ),
+        };
         let limit = self.limits.max_job_puzzles;
         if options.puzzles > limit as u64 {
             return Err(JobError::TooBig(format!(
@@ -75,6 +83,7 @@ impl Jobs {
                 fail_fast: options.fail_without_workers,
                 any_order: options.any_order,
                 created_ms: events::unix_ms(),
+                webhook,
             })
             .await?;
         let mut unsealed = Unsealed {

@@ -1,19 +1,65 @@
-//! Signing webhook calls as the Standard Webhooks convention does, so that
-//! its reference libraries verify them: each call carries `webhook-id` (a
-//! stable id, the same on every retry of one delivery), `webhook-timestamp`
-//! (Unix seconds) and `webhook-signature` (`v1,` and the base64 of the
-//! HMAC-SHA256 of `ID.TIMESTAMP.BODY` under the secret). The secret is
-//! written `whsec_` and the base64 of its bytes (`--webhook-secret-file`).
+//! Webhooks: a job may name a URL (`JobOptions.webhook`, `?webhook=` on
+//! the HTTP submit) that the coordinator calls once the job finishes.
+//!
+//! - Which URLs: only those matching a `--webhook-allow` pattern, checked
+//!   at submission, and at each call against the addresses the host
+//!   resolves to ([`allow`]: the guard against request forgery).
+//! - Signed as the Standard Webhooks convention signs calls, so that its
+//!   reference libraries verify them: each call carries `webhook-id` (a
+//!   stable id, the same on every try of one delivery), `webhook-timestamp`
+//!   (Unix seconds) and `webhook-signature` (`v1,` and the base64 of the
+//!   HMAC-SHA256 of `ID.TIMESTAMP.BODY` under the secret). The secret is
+//!   written `whsec_` and the base64 of its bytes (`--webhook-secret-file`).
+//! - Delivered at least once ([`deliver`]): the call's state is kept with
+//!   the job in the store, so a call pending when the coordinator stops is
+//!   made after it starts again (by the leader, on a shared store).
 
 pub mod allow;
+mod deliver;
 
 use std::fmt;
 use std::path::Path;
+use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
+
+/// How a coordinator calls webhooks (its `--webhook-*` flags).
+#[derive(Clone, Debug)]
+pub struct WebhookConfig {
+    /// The URLs it calls (`--webhook-allow`); none: webhooks are off, and
+    /// a job naming one is refused.
+    pub allow: Vec<allow::Pattern>,
+    /// The signing secret (`--webhook-secret-file`), needed with `allow`.
+    pub secret: Option<WebhookSecret>,
+    /// How long after a job finishes its call is tried again
+    /// (`--webhook-retry-hours`).
+    pub retry_for: Duration,
+    /// The coordinator's HTTP API as the receivers reach it
+    /// (`--public-url`, else the `--http` address), for the results URL
+    /// in each call's body; `None`: the URL's path alone.
+    pub public_url: Option<String>,
+}
+
+impl Default for WebhookConfig {
+    fn default() -> WebhookConfig {
+        WebhookConfig {
+            allow: Vec::new(),
+            secret: None,
+            retry_for: Duration::from_secs(24 * 3600),
+            public_url: None,
+        }
+    }
+}
+
+impl WebhookConfig {
+    /// Checks a URL a job names: the URL to store, or why it is refused.
+    pub fn check(&self, url: &str) -> Result<String, String> {
+        allow::check(url, &self.allow).map(|_| url.to_string())
+    }
+}
 
 /// The secret's prefix in its written form.
 const PREFIX: &str = "whsec_";

@@ -22,11 +22,11 @@ use crate::jobs::http;
 
 const BIN: &str = env!("CARGO_BIN_EXE_colball-server");
 
-fn python() -> String {
+pub(crate) fn python() -> String {
     std::env::var("COLBALL_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
-fn workspace() -> PathBuf {
+pub(crate) fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap()

@@ -26,3 +26,4 @@ mod secure_processes;
 mod security;
 mod sharing;
 mod stragglers;
+mod webhooks;

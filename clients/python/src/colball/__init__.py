@@ -31,6 +31,7 @@ from ._client import (
     TooLarge,
     Unauthorized,
     Unavailable,
+    WebhookStatus,
 )
 
 __all__ = [
@@ -48,4 +49,5 @@ __all__ = [
     "TooLarge",
     "Unauthorized",
     "Unavailable",
+    "WebhookStatus",
 ]

@@ -125,6 +125,8 @@ class Job:
     rate: float
     #: When the job should end at that rate (ms since the epoch), 0 when unknown.
     eta_unix_ms: int
+    #: How the call to its webhook stands, if it names one.
+    webhook: Optional[WebhookStatus] = None
 
     @property
     def finished(self) -> bool:
@@ -138,6 +140,19 @@ class Job:
         if self.eta_unix_ms <= 0:
             return None
         return max(0.0, self.eta_unix_ms / 1000.0 - time.time())
+
+
+@dataclass(frozen=True)
+class WebhookStatus:
+    """How the call to a job's webhook stands."""
+
+    url: str
+    #: Calls made so far.
+    attempts: int
+    #: A call was answered with a 2xx status.
+    delivered: bool
+    #: When the next call is due (ms since the epoch); 0 when none is.
+    next_unix_ms: int
 
 
 @dataclass(frozen=True)
@@ -214,6 +229,7 @@ class Client:
         priority: str = "bulk",
         name: str = "",
         any_order: bool = False,
+        webhook: Optional[str] = None,
     ) -> Submission:
         """Stores a puzzle set as a job and returns once every puzzle is stored.
 
@@ -222,9 +238,13 @@ class Client:
         :class:`Puzzle` (or dicts with ``start``, ``target`` and an optional
         ``id``). It is sent as it is read. ``priority`` is ``interactive``,
         ``normal`` or ``bulk``; with ``any_order`` results come in the order
-        they are solved.
+        they are solved. ``webhook`` is a URL the coordinator calls (a POST
+        signed as Standard Webhooks signs calls) once the job finishes; it
+        must match one of the coordinator's ``--webhook-allow`` patterns.
         """
         params = {"priority": priority, "name": name, "order": "any" if any_order else "input"}
+        if webhook:
+            params["webhook"] = webhook
         if isinstance(puzzles, (str, os.PathLike)):
             with open(puzzles, "rb") as f:
                 response = self._http.post("/api/v1/jobs", params=params, content=_chunks(f))
@@ -360,7 +380,10 @@ def _checked(response: httpx.Response) -> Any:
 
 
 def _job(body: Mapping[str, Any]) -> Job:
-    return Job(**{field: body[field] for field in Job.__dataclass_fields__})
+    fields = {field: body[field] for field in Job.__dataclass_fields__ if field != "webhook"}
+    hook = body.get("webhook")
+    webhook = WebhookStatus(**{f: hook[f] for f in WebhookStatus.__dataclass_fields__}) if hook else None
+    return Job(**fields, webhook=webhook)
 
 
 def _result(record: Mapping[str, Any]) -> Result:

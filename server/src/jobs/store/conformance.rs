@@ -435,3 +435,85 @@ async fn a_capped_store_refuses_whole_writes_past_its_cap_and_reuses_freed_room(
         s.add(job, 0, entries(500)).await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn a_finished_job_s_webhook_is_due_until_its_calls_are_recorded() {
+    use super::Webhook;
+    for (name, subject) in subjects("webhooks", None).await {
+        let s = &*subject.store;
+        let hooked = s
+            .create(NewJob {
+                webhook: Some("http://127.0.0.1:9/hook".into()),
+                ..new_job("alice")
+            })
+            .await
+            .unwrap();
+        let plain = s.create(new_job("alice")).await.unwrap();
+        for job in [hooked, plain] {
+            s.add(job, 0, entries(2)).await.unwrap();
+            s.seal(job, 5).await.unwrap();
+        }
+        let row = s.job(hooked).await.unwrap().unwrap();
+        assert_eq!(
+            row.webhook,
+            Some(Webhook::new("http://127.0.0.1:9/hook".into())),
+            "{name}"
+        );
+        assert_eq!(s.job(plain).await.unwrap().unwrap().webhook, None, "{name}");
+        // Running: nothing is due.
+        assert!(
+            s.webhooks_due(i64::MAX - 1, 10).await.unwrap().is_empty(),
+            "{name}"
+        );
+        for job in [hooked, plain] {
+            s.set_state(job, JobState::Done, "", 10).await.unwrap();
+        }
+        let due = s.webhooks_due(10, 10).await.unwrap();
+        assert_eq!(
+            due.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            [hooked],
+            "{name}"
+        );
+        // A failed call: due again at 2,000, not before.
+        s.webhook_tried(hooked, 1, 2_000, false).await.unwrap();
+        assert!(
+            s.webhooks_due(1_999, 10).await.unwrap().is_empty(),
+            "{name}"
+        );
+        let again = s.webhooks_due(2_000, 10).await.unwrap();
+        assert_eq!(
+            again[0].webhook,
+            Some(Webhook {
+                url: "http://127.0.0.1:9/hook".into(),
+                attempts: 1,
+                next_ms: 2_000,
+                delivered: false,
+            }),
+            "{name}"
+        );
+        // Delivered: never due again.
+        s.webhook_tried(hooked, 2, Webhook::NO_MORE, true)
+            .await
+            .unwrap();
+        assert!(
+            s.webhooks_due(i64::MAX - 1, 10).await.unwrap().is_empty(),
+            "{name}"
+        );
+        let row = s.job(hooked).await.unwrap().unwrap();
+        assert_eq!(
+            row.webhook.map(|w| (w.attempts, w.delivered)),
+            Some((2, true)),
+            "{name}"
+        );
+        // A call recorded for a job without a webhook, or one deleted,
+        // changes nothing.
+        s.webhook_tried(plain, 1, 0, true).await.unwrap();
+        assert_eq!(s.job(plain).await.unwrap().unwrap().webhook, None, "{name}");
+        s.delete(hooked).await.unwrap();
+        s.webhook_tried(hooked, 3, 0, false).await.unwrap();
+        assert!(
+            s.webhooks_due(i64::MAX - 1, 10).await.unwrap().is_empty(),
+            "{name}"
+        );
+    }
+}

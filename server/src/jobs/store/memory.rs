@@ -18,7 +18,9 @@ use colball_proto::{egress, v1};
 use colball_solver::Puzzle;
 use ecow::EcoString;
 
-use super::{Entry, JobRow, JobState, JobStore, NewJob, Pending, StoreError, ToWrite, id_of};
+use super::{
+    Entry, JobRow, JobState, JobStore, NewJob, Pending, StoreError, ToWrite, Webhook, id_of,
+};
 
 /// What a job costs beyond its puzzles and results, for the size.
 const JOB_BYTES: u64 = 256;
@@ -165,6 +167,7 @@ impl JobStore for MemoryStore {
             fail_fast: job.fail_fast,
             any_order: job.any_order,
             bytes: 0,
+            webhook: job.webhook.map(Webhook::new),
         };
         books.bytes += JOB_BYTES;
         books.jobs.insert(
@@ -418,5 +421,37 @@ impl JobStore for MemoryStore {
             .take(limit)
             .map_while(|r| decode(r))
             .collect())
+    }
+
+    async fn webhooks_due(&self, now_ms: i64, limit: usize) -> Result<Vec<JobRow>, StoreError> {
+        let mut due = self.rows(|r| {
+            r.state.finished()
+                && r.webhook
+                    .as_ref()
+                    .is_some_and(|w| w.next_ms != Webhook::NO_MORE && w.next_ms <= now_ms)
+        });
+        due.sort_by_key(|r| (r.webhook.as_ref().map_or(0, |w| w.next_ms), r.seq));
+        due.truncate(limit);
+        Ok(due)
+    }
+
+    async fn webhook_tried(
+        &self,
+        job: i64,
+        attempts: u32,
+        next_ms: i64,
+        delivered: bool,
+    ) -> Result<(), StoreError> {
+        let mut books = self.books();
+        if let Some(w) = books
+            .jobs
+            .get_mut(&job)
+            .and_then(|j| j.row.webhook.as_mut())
+        {
+            w.attempts = attempts;
+            w.next_ms = next_ms;
+            w.delivered = delivered;
+        }
+        Ok(())
     }
 }

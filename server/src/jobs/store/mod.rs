@@ -84,6 +84,35 @@ pub struct JobRow {
     /// and a fixed cost per row): what counts toward its client's
     /// stored-MiB quota.
     pub bytes: u64,
+    /// The URL called once the job finishes (`JobOptions.webhook`), and
+    /// how its delivery stands.
+    pub webhook: Option<Webhook>,
+}
+
+/// A job's webhook: its URL, and the calls made to it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Webhook {
+    pub url: String,
+    /// Calls made so far.
+    pub attempts: u32,
+    /// When the next call is due, in Unix ms: 0 as soon as the job
+    /// finishes, [`Webhook::NO_MORE`] once delivered or given up.
+    pub next_ms: i64,
+    /// A call was answered with a 2xx status.
+    pub delivered: bool,
+}
+
+impl Webhook {
+    /// [`Webhook::next_ms`] once no call is due any more.
+    pub const NO_MORE: i64 = i64::MAX;
+
+    /// A webhook not called yet.
+    pub fn new(url: String) -> Webhook {
+        Webhook {
+            url,
+            ..Webhook::default()
+        }
+    }
 }
 
 impl JobRow {
@@ -113,6 +142,16 @@ impl JobRow {
             any_order: self.any_order,
             rate: pace.rate,
             eta_unix_ms: pace.eta_unix_ms,
+            webhook: self.webhook.as_ref().map(|w| v1::WebhookStatus {
+                url: w.url.clone(),
+                attempts: w.attempts,
+                delivered: w.delivered,
+                next_unix_ms: if w.next_ms == Webhook::NO_MORE || !self.state.finished() {
+                    0
+                } else {
+                    w.next_ms.max(self.finished_ms)
+                },
+            }),
         }
     }
 }
@@ -127,6 +166,9 @@ pub struct NewJob {
     pub fail_fast: bool,
     pub any_order: bool,
     pub created_ms: i64,
+    /// The URL to call once the job finishes, checked against the
+    /// allowed patterns.
+    pub webhook: Option<String>,
 }
 
 /// One puzzle of a job as submitted: parsed, or the error result it gets.
@@ -362,6 +404,21 @@ pub trait JobStore: Send + Sync + std::fmt::Debug + 'static {
         from: u64,
         limit: usize,
     ) -> Result<Vec<egress::PuzzleResult>, StoreError>;
+
+    /// Finished jobs whose webhook call is due at `now_ms` (neither
+    /// delivered nor given up), soonest due first, at most `limit`.
+    async fn webhooks_due(&self, now_ms: i64, limit: usize) -> Result<Vec<JobRow>, StoreError>;
+
+    /// Records the calls to job `job`'s webhook: `attempts` made, the next
+    /// due at `next_ms` ([`Webhook::NO_MORE`]: none), whether one was
+    /// `delivered`. A job no longer stored is left alone.
+    async fn webhook_tried(
+        &self,
+        job: i64,
+        attempts: u32,
+        next_ms: i64,
+        delivered: bool,
+    ) -> Result<(), StoreError>;
 }
 
 /// Where a coordinator keeps its jobs: a PostgreSQL URL (and its

@@ -55,7 +55,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use super::sqlite::layout::{pack_puzzle, unpack_puzzle};
 use super::{
     Claim, Entry, JobRow, JobState, JobStore, NewJob, Pending, Rescued, SharedStore, StoreError,
-    ToWrite, WINDOW, Wake, id_of,
+    ToWrite, WINDOW, Wake, Webhook, id_of,
 };
 
 /// What a job costs beyond its puzzles and results, for the size.
@@ -137,6 +137,14 @@ INSERT INTO colball_windows (job, win)
     SELECT seq, generate_series(0, (puzzles - 1) / 8192) FROM colball_jobs
     WHERE puzzles > 0 AND state IN (0, 1, 2);
 ",
+    r"
+ALTER TABLE colball_jobs ADD COLUMN webhook text,
+    ADD COLUMN webhook_attempts integer NOT NULL DEFAULT 0,
+    ADD COLUMN webhook_next_ms bigint NOT NULL DEFAULT 0,
+    ADD COLUMN webhook_delivered boolean NOT NULL DEFAULT false;
+CREATE INDEX colball_jobs_webhooks_due ON colball_jobs (webhook_next_ms)
+    WHERE webhook IS NOT NULL AND webhook_next_ms < 9223372036854775807;
+",
 ];
 
 /// The keys of the coordinators alive now (a common table expression:
@@ -179,7 +187,8 @@ const WINDOW_UPLOADED: &str = "SELECT 1 FROM colball_jobs j \
      WHERE j.seq = w.job AND (j.state <> 0 OR j.puzzles >= (w.win + 1) * 8192)";
 
 const JOB_COLUMNS: &str = "seq, owner, name, priority, state, puzzles, solved, errors, \
-     created_ms, finished_ms, failure, fail_fast, any_order, bytes";
+     created_ms, finished_ms, failure, fail_fast, any_order, bytes, \
+     webhook, webhook_attempts, webhook_next_ms, webhook_delivered";
 
 /// See the module documentation.
 #[derive(Debug)]
@@ -518,6 +527,12 @@ impl PostgresStore {
             fail_fast: r.get(11),
             any_order: r.get(12),
             bytes: r.get::<_, i64>(13) as u64,
+            webhook: r.get::<_, Option<String>>(14).map(|url| Webhook {
+                url,
+                attempts: r.get::<_, i32>(15) as u32,
+                next_ms: r.get(16),
+                delivered: r.get(17),
+            }),
         }
     }
 
@@ -887,8 +902,9 @@ impl JobStore for PostgresStore {
         let seq: i64 = tx
             .query_one(
                 "INSERT INTO colball_jobs (owner, name, priority, state, created_ms, fail_fast, \
-                   any_order, bytes, uploader, upload_until) \
-                 VALUES ($1, $2, $3, 0, $4, $5, $6, $7, $8, now() + interval '1 minute') RETURNING seq",
+                   any_order, bytes, uploader, upload_until, webhook) \
+                 VALUES ($1, $2, $3, 0, $4, $5, $6, $7, $8, now() + interval '1 minute', $9) \
+                 RETURNING seq",
                 &[
                     &job.owner,
                     &job.name,
@@ -898,6 +914,7 @@ impl JobStore for PostgresStore {
                     &job.any_order,
                     &JOB_BYTES,
                     &self.holder,
+                    &job.webhook,
                 ],
             )
             .await
@@ -1040,6 +1057,36 @@ impl JobStore for PostgresStore {
 
     async fn unfinished(&self) -> Result<Vec<JobRow>, StoreError> {
         self.rows("WHERE state IN (1, 2) ORDER BY seq", &[]).await
+    }
+
+    async fn webhooks_due(&self, now_ms: i64, limit: usize) -> Result<Vec<JobRow>, StoreError> {
+        self.rows(
+            "WHERE webhook IS NOT NULL AND webhook_next_ms < 9223372036854775807 \
+               AND webhook_next_ms <= $1 AND state IN (3, 4, 5) \
+             ORDER BY webhook_next_ms, seq LIMIT $2",
+            &[&now_ms, &(limit as i64)],
+        )
+        .await
+    }
+
+    async fn webhook_tried(
+        &self,
+        job: i64,
+        attempts: u32,
+        next_ms: i64,
+        delivered: bool,
+    ) -> Result<(), StoreError> {
+        let attempts = i32::try_from(attempts).unwrap_or(i32::MAX);
+        self.client()
+            .await?
+            .execute(
+                "UPDATE colball_jobs SET webhook_attempts = $2, webhook_next_ms = $3, \
+                   webhook_delivered = $4 WHERE seq = $1 AND webhook IS NOT NULL",
+                &[&job, &attempts, &next_ms, &delivered],
+            )
+            .await
+            .map_err(backend)?;
+        Ok(())
     }
 
     async fn set_state(

@@ -28,13 +28,15 @@ mod schema;
 
 use layout::{index_of, job_keys, key};
 
-use super::{Entry, JobRow, JobState, JobStore, NewJob, Pending, StoreError, ToWrite, id_of};
+use super::{
+    Entry, JobRow, JobState, JobStore, NewJob, Pending, StoreError, ToWrite, Webhook, id_of,
+};
 
 /// The start of every query that reads whole job rows: its columns are the
 /// ones [`row`] reads, in its order.
 macro_rules! select_jobs {
     () => {
-        "SELECT seq, owner, name, priority, state, puzzles, solved, errors, created_ms, finished_ms, failure, fail_fast, any_order, bytes FROM jobs WHERE "
+        "SELECT seq, owner, name, priority, state, puzzles, solved, errors, created_ms, finished_ms, failure, fail_fast, any_order, bytes, webhook, webhook_attempts, webhook_next_ms, webhook_delivered FROM jobs WHERE "
     };
 }
 
@@ -301,9 +303,9 @@ impl Database {
     pub fn create(&self, job: &NewJob) -> Result<i64, StoreError> {
         let conn = self.conn();
         conn.prepare_cached(
-            "INSERT INTO jobs (owner, name, priority, state, puzzles, created_ms, fail_fast, any_order) VALUES (?1, ?2, ?3, 0, 0, ?4, ?5, ?6)",
+            "INSERT INTO jobs (owner, name, priority, state, puzzles, created_ms, fail_fast, any_order, webhook) VALUES (?1, ?2, ?3, 0, 0, ?4, ?5, ?6, ?7)",
         )?
-        .execute(params![job.owner, job.name, job.priority, job.created_ms, job.fail_fast, job.any_order])?;
+        .execute(params![job.owner, job.name, job.priority, job.created_ms, job.fail_fast, job.any_order, job.webhook])?;
         Ok(conn.last_insert_rowid())
     }
 
@@ -440,6 +442,38 @@ impl Database {
             .query_map([], |r| row(r, &self.instance))?
             .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
+    }
+
+    /// Finished jobs whose webhook call is due at `now_ms`.
+    pub fn webhooks_due(&self, now_ms: i64, limit: usize) -> Result<Vec<JobRow>, StoreError> {
+        let conn = self.conn();
+        let mut q = conn.prepare_cached(concat!(
+            select_jobs!(),
+            "webhook IS NOT NULL AND webhook_next_ms < 9223372036854775807 \
+             AND webhook_next_ms <= ?1 AND state IN (3, 4, 5) \
+             ORDER BY webhook_next_ms, seq LIMIT ?2"
+        ))?;
+        let rows = q
+            .query_map(params![now_ms, limit as i64], |r| row(r, &self.instance))?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    /// Records the calls to a job's webhook.
+    pub fn webhook_tried(
+        &self,
+        job: i64,
+        attempts: u32,
+        next_ms: i64,
+        delivered: bool,
+    ) -> Result<(), StoreError> {
+        self.conn()
+            .prepare_cached(
+                "UPDATE jobs SET webhook_attempts = ?2, webhook_next_ms = ?3, webhook_delivered = ?4 \
+                 WHERE seq = ?1 AND webhook IS NOT NULL",
+            )?
+            .execute(params![job, attempts, next_ms, delivered])?;
+        Ok(())
     }
 
     pub fn set_state(
@@ -728,6 +762,15 @@ fn row(r: &rusqlite::Row<'_>, instance: &str) -> rusqlite::Result<JobRow> {
         fail_fast: r.get::<_, i64>(11)? != 0,
         any_order: r.get::<_, i64>(12)? != 0,
         bytes: r.get::<_, i64>(13)? as u64,
+        webhook: match r.get::<_, Option<String>>(14)? {
+            Some(url) => Some(Webhook {
+                url,
+                attempts: r.get(15)?,
+                next_ms: r.get(16)?,
+                delivered: r.get(17)?,
+            }),
+            None => None,
+        },
     })
 }
 
@@ -819,6 +862,21 @@ impl JobStore for SqliteStore {
     ) -> Result<(), StoreError> {
         let failure = failure.to_string();
         self.call(move |db| db.set_state(job, state, &failure, now_ms))
+            .await?
+    }
+
+    async fn webhooks_due(&self, now_ms: i64, limit: usize) -> Result<Vec<JobRow>, StoreError> {
+        self.call(move |db| db.webhooks_due(now_ms, limit)).await?
+    }
+
+    async fn webhook_tried(
+        &self,
+        job: i64,
+        attempts: u32,
+        next_ms: i64,
+        delivered: bool,
+    ) -> Result<(), StoreError> {
+        self.call(move |db| db.webhook_tried(job, attempts, next_ms, delivered))
             .await?
     }
 

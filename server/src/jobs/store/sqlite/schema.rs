@@ -12,7 +12,7 @@ use super::layout::{self, CHUNK, key};
 use crate::jobs::store::Entry;
 
 /// The schema version this build writes.
-pub const VERSION: i64 = 4;
+pub const VERSION: i64 = 5;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (
@@ -34,9 +34,17 @@ CREATE TABLE IF NOT EXISTS jobs (
     fail_fast INTEGER NOT NULL DEFAULT 0,
     any_order INTEGER NOT NULL DEFAULT 0,
     -- What the job's rows hold: its chunks' and results' bytes.
-    bytes INTEGER NOT NULL DEFAULT 0
+    bytes INTEGER NOT NULL DEFAULT 0,
+    -- The URL called once the job finishes (NULL: none), and its calls.
+    webhook TEXT,
+    webhook_attempts INTEGER NOT NULL DEFAULT 0,
+    -- When the next call is due (Unix ms); i64::MAX once none is.
+    webhook_next_ms INTEGER NOT NULL DEFAULT 0,
+    webhook_delivered INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, seq);
+CREATE INDEX IF NOT EXISTS jobs_webhooks_due ON jobs (webhook_next_ms)
+    WHERE webhook IS NOT NULL AND webhook_next_ms < 9223372036854775807;
 -- key: job << 32 | the chunk's first index.
 CREATE TABLE IF NOT EXISTS chunks (
     key INTEGER PRIMARY KEY,
@@ -106,6 +114,17 @@ pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
     let count_bytes = has("jobs", "seq")? && !has("jobs", "bytes")?;
     if count_bytes {
         tx.execute_batch("ALTER TABLE jobs ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0")?;
+    }
+    // Webhooks came with version 5.
+    for (column, ddl) in [
+        ("webhook", "TEXT"),
+        ("webhook_attempts", "INTEGER NOT NULL DEFAULT 0"),
+        ("webhook_next_ms", "INTEGER NOT NULL DEFAULT 0"),
+        ("webhook_delivered", "INTEGER NOT NULL DEFAULT 0"),
+    ] {
+        if has("jobs", "seq")? && !has("jobs", column)? {
+            tx.execute_batch(&format!("ALTER TABLE jobs ADD COLUMN {column} {ddl}"))?;
+        }
     }
     tx.execute_batch(SCHEMA)?;
     if first_layout {
