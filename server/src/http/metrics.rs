@@ -484,6 +484,22 @@ impl Collector for JobsCollector {
             "job_uploads_rescued",
             "Jobs whose upload was abandoned (its coordinator died) deleted by this coordinator as the store's leader",
             read(&s.uploads_rescued),
+        )?;
+        let calls = &jobs.webhook_calls;
+        out.counter(
+            "webhooks_delivered",
+            "Webhook calls of finished jobs answered with a 2xx status",
+            read(&calls.delivered),
+        )?;
+        out.counter(
+            "webhook_calls_failed",
+            "Webhook calls that failed (another status, no connection, no answer in time) and are to be made again",
+            read(&calls.failed),
+        )?;
+        out.counter(
+            "webhooks_given_up",
+            "Webhook calls given up: failing past --webhook-retry-hours, or to a URL no longer allowed",
+            read(&calls.given_up),
         )
     }
 }

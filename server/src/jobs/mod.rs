@@ -128,6 +128,8 @@ pub struct Jobs {
     webhooks: webhooks::WebhookConfig,
     /// Counts of the work shared with other coordinators.
     pub(crate) sharing: Sharing,
+    /// Counts of the webhook calls this coordinator made.
+    pub(crate) webhook_calls: webhooks::Calls,
 }
 
 /// What a coordinator did on a shared store (for `/metrics`).
@@ -160,6 +162,7 @@ impl Jobs {
             speed: Speedometer::default(),
             webhooks: config.webhooks.clone(),
             sharing: Sharing::default(),
+            webhook_calls: webhooks::Calls::default(),
         });
         // The writer ends with the process (its sender lives in `jobs`).
         tokio::spawn(jobs.clone().write(rx));

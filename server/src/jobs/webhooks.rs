@@ -61,6 +61,17 @@ impl WebhookConfig {
     }
 }
 
+/// Counts of the webhook calls a coordinator made (for `/metrics`).
+#[derive(Debug, Default)]
+pub struct Calls {
+    /// Calls answered with a 2xx status.
+    pub delivered: std::sync::atomic::AtomicU64,
+    /// Calls that failed and are to be made again.
+    pub failed: std::sync::atomic::AtomicU64,
+    /// Calls given up: tried for `--webhook-retry-hours`, or refused.
+    pub given_up: std::sync::atomic::AtomicU64,
+}
+
 /// The secret's prefix in its written form.
 const PREFIX: &str = "whsec_";
 

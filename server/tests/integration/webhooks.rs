@@ -339,6 +339,11 @@ async fn finished_jobs_call_their_webhooks_signed_retried_and_durably() {
     receiver
         .wait_for("/gate/e", Duration::from_secs(30), |c| !c.is_empty())
         .await;
+    // Counted in /metrics: the three delivered, b's two failures (and
+    // the gate's, maybe, by now).
+    procs::wait_metric(&c.http, "webhooks_delivered_total", |n| n == 3).await;
+    assert!(procs::metric(&c.http, "webhook_calls_failed_total") >= 2);
+    assert_eq!(procs::metric(&c.http, "webhooks_given_up_total"), 0);
     c.proc.kill();
     std::fs::remove_file(&gate).unwrap();
     let before = receiver.calls_on("/gate/e").len();

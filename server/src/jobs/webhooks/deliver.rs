@@ -317,13 +317,19 @@ impl Jobs {
             None => Outcome::Refused("webhooks are off on this coordinator".into()),
         };
         let now = events::unix_ms();
+        let counts = &self.webhook_calls;
+        let count = |n: &std::sync::atomic::AtomicU64| {
+            n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        };
         let (next_ms, delivered) = match outcome {
             Outcome::Delivered => {
                 tracing::debug!(job = %row.id, attempts, "webhook delivered");
+                count(&counts.delivered);
                 (Webhook::NO_MORE, true)
             }
             Outcome::Refused(why) => {
                 tracing::warn!(job = %row.id, url = %hook.url, "webhook not called: {why}");
+                count(&counts.given_up);
                 (Webhook::NO_MORE, false)
             }
             Outcome::Failed(why) => {
@@ -336,6 +342,7 @@ impl Jobs {
                         job = %row.id, url = %hook.url, attempts,
                         "webhook call failed ({why}); given up after --webhook-retry-hours"
                     );
+                    count(&counts.given_up);
                     (Webhook::NO_MORE, false)
                 } else {
                     tracing::info!(
@@ -343,6 +350,7 @@ impl Jobs {
                         "webhook call failed ({why}); trying again in {} s",
                         (next - now) / 1000
                     );
+                    count(&counts.failed);
                     (next, false)
                 }
             }
