@@ -423,40 +423,41 @@ impl Database {
 
     /// The owner's jobs (acknowledged ones), newest first.
     pub fn list(&self, owner: &str) -> Result<Vec<JobRow>, StoreError> {
+        self.rows(
+            concat!(
+                select_jobs!(),
+                "owner = ?1 AND state != 0 ORDER BY seq DESC"
+            ),
+            [owner],
+        )
+    }
+
+    /// The job rows `sql` (a [`select_jobs`] query) selects with `params`.
+    fn rows(&self, sql: &str, params: impl rusqlite::Params) -> Result<Vec<JobRow>, StoreError> {
         let conn = self.conn();
-        let mut q = conn.prepare_cached(concat!(
-            select_jobs!(),
-            "owner = ?1 AND state != 0 ORDER BY seq DESC"
-        ))?;
+        let mut q = conn.prepare_cached(sql)?;
         let rows = q
-            .query_map([owner], |r| row(r, &self.instance))?
+            .query_map(params, |r| row(r, &self.instance))?
             .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
     }
 
     /// Jobs queued or running (after a restart: to take up again).
     pub fn unfinished(&self) -> Result<Vec<JobRow>, StoreError> {
-        let conn = self.conn();
-        let mut q = conn.prepare_cached(concat!(select_jobs!(), "state IN (1, 2) ORDER BY seq"))?;
-        let rows = q
-            .query_map([], |r| row(r, &self.instance))?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(rows)
+        self.rows(concat!(select_jobs!(), "state IN (1, 2) ORDER BY seq"), [])
     }
 
     /// Finished jobs whose webhook call is due at `now_ms`.
     pub fn webhooks_due(&self, now_ms: i64, limit: usize) -> Result<Vec<JobRow>, StoreError> {
-        let conn = self.conn();
-        let mut q = conn.prepare_cached(concat!(
-            select_jobs!(),
-            "webhook IS NOT NULL AND webhook_next_ms < 9223372036854775807 \
-             AND webhook_next_ms <= ?1 AND state IN (3, 4, 5) \
-             ORDER BY webhook_next_ms, seq LIMIT ?2"
-        ))?;
-        let rows = q
-            .query_map(params![now_ms, limit as i64], |r| row(r, &self.instance))?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(rows)
+        self.rows(
+            concat!(
+                select_jobs!(),
+                "webhook IS NOT NULL AND webhook_next_ms < 9223372036854775807 \
+                 AND webhook_next_ms <= ?1 AND state IN (3, 4, 5) \
+                 ORDER BY webhook_next_ms, seq LIMIT ?2"
+            ),
+            params![now_ms, limit as i64],
+        )
     }
 
     /// Records the calls to a job's webhook.
