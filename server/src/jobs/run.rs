@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use super::Jobs;
 use super::keys::KeyHold;
 pub use super::store::WINDOW;
-use super::store::{Claim, JobRow, JobState, Pending, SharedStore, StoreError, Wake};
+use super::store::{Claim, JobRow, JobState, Pending, SharedStore, StoreError, ToWrite, Wake};
 use crate::coordinator::admission::{Caller, Next, Parsed, Terms};
 use crate::coordinator::events::{self, BatchEvents};
 use crate::error::ServerError;
@@ -80,18 +80,23 @@ enum Windows<'s> {
     /// result after the last window's (`after`), in index order.
     Local { after: Option<u64> },
     /// A store shared with other coordinators: windows claimed under a
-    /// lease; `ran` are those this run fed, each with the count of fed
-    /// results at which its own are all stored (then it is finished).
+    /// lease; `ran` are those this run fed (window and claim's epoch), each
+    /// with the count of fed results at which its own are all stored (then
+    /// it is finished).
     Shared {
         store: &'s dyn SharedStore,
-        ran: VecDeque<(u64, u64)>,
+        ran: VecDeque<(u64, u64, u64)>,
     },
 }
 
+/// A window claimed from a shared store: its number and the claim's epoch
+/// (the fence its results are written under).
+type Claimed = (u64, u64);
+
 /// A run's next step, from [`Windows::next`].
 enum Step {
-    /// Puzzles to solve, of window `.1` (on a shared store).
-    Window(Vec<Pending>, u64),
+    /// Puzzles to solve, of the window `.1` claimed (on a shared store).
+    Window(Vec<Pending>, Option<Claimed>),
     /// Nothing left without a result (of what has been uploaded).
     Empty,
     /// Nothing free now; the rest is held (shared store).
@@ -109,21 +114,22 @@ impl Windows<'_> {
                 Ok(if window.is_empty() {
                     Step::Empty
                 } else {
-                    Step::Window(window, 0)
+                    Step::Window(window, None)
                 })
             }
             Windows::Shared { store, ran } => {
-                while let Some(&(win, at)) = ran.front() {
+                while let Some(&(win, epoch, at)) = ran.front() {
                     if stored < at {
                         break;
                     }
-                    store.finish(seq, win, store.holder()).await?;
+                    store.finish(seq, win, epoch).await?;
                     ran.pop_front();
                 }
                 let lease = jobs.limits.lease;
                 Ok(match store.claim(seq, store.holder(), lease).await? {
                     Claim::Window {
                         win,
+                        epoch,
                         pending,
                         took_over,
                     } => {
@@ -133,7 +139,7 @@ impl Windows<'_> {
                             sharing.windows_taken_over.fetch_add(1, Ordering::Relaxed);
                             tracing::info!(window = win, "took over a window whose lease ran out");
                         }
-                        Step::Window(pending, win)
+                        Step::Window(pending, Some((win, epoch)))
                     }
                     // Ours not finished yet: busy until they are.
                     Claim::Done if !ran.is_empty() => Step::Busy,
@@ -146,10 +152,11 @@ impl Windows<'_> {
 
     /// Window `win` was fed, up to index `last`; its results are all
     /// stored once `fed` of this run's are.
-    fn ran(&mut self, last: u64, win: u64, fed: u64) {
-        match self {
-            Windows::Local { after } => *after = Some(last),
-            Windows::Shared { ran, .. } => ran.push_back((win, fed)),
+    fn ran(&mut self, last: u64, claimed: Option<Claimed>, fed: u64) {
+        match (self, claimed) {
+            (Windows::Local { after }, _) => *after = Some(last),
+            (Windows::Shared { ran, .. }, Some((win, epoch))) => ran.push_back((win, epoch, fed)),
+            (Windows::Shared { .. }, None) => {}
         }
     }
 }
@@ -532,7 +539,10 @@ impl Jobs {
                 })
                 .collect();
             let n = batch.len() as u64;
-            let outcome = self.run_window(seq, caller, batch, cancel, events).await;
+            let fence = win.map(|(_, epoch)| epoch);
+            let outcome = self
+                .run_window(seq, caller, batch, fence, cancel, events)
+                .await;
             // Whether the job is sealed now: the window may have waited
             // out the grace period while the upload ended.
             let sealed = upload.borrow().sealed;
@@ -604,6 +614,7 @@ impl Jobs {
         job: i64,
         caller: &Caller,
         batch: Vec<Parsed>,
+        fence: Option<u64>,
         cancel: &CancellationToken,
         events: &mut BatchEvents,
     ) -> Result<(), ServerError> {
@@ -626,7 +637,7 @@ impl Jobs {
                 Next::Results(results) => {
                     events.results(&results);
                     for result in results {
-                        let _ = self.writer.send((job, result));
+                        let _ = self.writer.send(ToWrite { job, result, fence });
                     }
                 }
                 Next::Failed(e) => return Err(e),

@@ -51,8 +51,8 @@ impl Jobs {
             let batch = std::mem::take(&mut group);
             // Results per job: one update of each job's count per group.
             let mut counts: BTreeMap<i64, u64> = BTreeMap::new();
-            for (job, _) in &batch {
-                *counts.entry(*job).or_default() += 1;
+            for w in &batch {
+                *counts.entry(w.job).or_default() += 1;
             }
             match self.put_patiently(batch).await {
                 (batch, Ok(new)) => {
@@ -73,7 +73,7 @@ impl Jobs {
                     tracing::warn!(error = %e, "a group of results not stored; storing it job by job");
                     let mut by_job: BTreeMap<i64, Vec<ToWrite>> = BTreeMap::new();
                     for item in batch {
-                        by_job.entry(item.0).or_default().push(item);
+                        by_job.entry(item.job).or_default().push(item);
                     }
                     for (job, results) in by_job {
                         let n = results.len() as u64;
@@ -121,7 +121,9 @@ impl Jobs {
     fn live(&self, written: Vec<ToWrite>, new: &[bool]) {
         // `None` for a job nobody follows.
         let mut by_job: BTreeMap<i64, Option<Vec<egress::PuzzleResult>>> = BTreeMap::new();
-        for ((job, result), _) in written.into_iter().zip(new).filter(|(_, new)| **new) {
+        for (ToWrite { job, result, .. }, _) in
+            written.into_iter().zip(new).filter(|(_, new)| **new)
+        {
             let group = by_job.entry(job).or_insert_with(|| {
                 let followed = self
                     .runs

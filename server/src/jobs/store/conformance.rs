@@ -14,7 +14,7 @@ use colball_testkit::postgres::TempPostgres;
 use super::memory::MemoryStore;
 use super::postgres::PostgresStore;
 use super::sqlite::SqliteStore;
-use super::{Entry, JobState, JobStore, NewJob, StoreError};
+use super::{Entry, JobState, JobStore, NewJob, StoreError, ToWrite};
 
 /// A store to check, the directory it keeps, if any, and its server.
 struct Subject {
@@ -111,6 +111,10 @@ fn indices(results: &[egress::PuzzleResult]) -> Vec<u64> {
 
 pub(super) async fn put(s: &dyn JobStore, results: Vec<(i64, egress::PuzzleResult)>) -> Vec<bool> {
     let n = results.len();
+    let results = results
+        .into_iter()
+        .map(|(job, r)| ToWrite::unfenced(job, r))
+        .collect();
     let (back, new) = s.put_results(results).await;
     assert_eq!(back.len(), n, "the results come back");
     new.unwrap()
@@ -410,7 +414,9 @@ async fn a_capped_store_refuses_whole_writes_past_its_cap_and_reuses_freed_room(
             if let Err(e) = s.add(job, 0, entries(500)).await {
                 break e;
             }
-            let results: Vec<_> = (0..500).map(|i| (job, solved(i))).collect();
+            let results: Vec<_> = (0..500)
+                .map(|i| ToWrite::unfenced(job, solved(i)))
+                .collect();
             let before = s.job(job).await.unwrap().unwrap();
             let (_, stored) = s.put_results(results).await;
             if let Err(e) = stored {

@@ -349,7 +349,7 @@ impl JobStore for MemoryStore {
     ) -> (Vec<ToWrite>, Result<Vec<bool>, StoreError>) {
         let encoded: Vec<Box<[u8]>> = results
             .iter()
-            .map(|(_, r)| r.encode_to_vec().into_boxed_slice())
+            .map(|w| w.result.encode_to_vec().into_boxed_slice())
             .collect();
         let more = encoded.iter().map(|e| e.len() as u64 + ROW_BYTES).sum();
         let mut books = self.books();
@@ -358,8 +358,9 @@ impl JobStore for MemoryStore {
         }
         let mut new = vec![false; results.len()];
         let mut grown = 0;
-        for (((job, r), bytes), new) in results.iter().zip(encoded).zip(&mut new) {
-            if let Some(stored) = books.jobs.get_mut(job) {
+        for ((w, bytes), new) in results.iter().zip(encoded).zip(&mut new) {
+            let r = &w.result;
+            if let Some(stored) = books.jobs.get_mut(&w.job) {
                 let before = stored.bytes;
                 *new = stored.put(r.index, bytes, r.error().is_some());
                 grown += stored.bytes - before;

@@ -186,8 +186,27 @@ pub const WINDOW: usize = 8192;
 /// A puzzle of a job without a result yet: its index, id and puzzle.
 pub type Pending = (u64, EcoString, Puzzle);
 
-/// A result of job `.0` to store.
-pub type ToWrite = (i64, egress::PuzzleResult);
+/// A result of job `job` to store. On a shared store `fence` is the epoch
+/// of the claim of the result's window under which it was solved
+/// ([`Claim::Window`]): the result is stored only while that claim is the
+/// window's current one. `None` on a store of this coordinator's own.
+#[derive(Clone, Debug)]
+pub struct ToWrite {
+    pub job: i64,
+    pub result: egress::PuzzleResult,
+    pub fence: Option<u64>,
+}
+
+impl ToWrite {
+    /// A result to store without a fence (a store of one coordinator's own).
+    pub fn unfenced(job: i64, result: egress::PuzzleResult) -> ToWrite {
+        ToWrite {
+            job,
+            result,
+            fence: None,
+        }
+    }
+}
 
 /// The store could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -231,9 +250,12 @@ pub enum Claim {
     /// Window `win` is this coordinator's under a lease: its puzzles
     /// without a result (none of a window whose upload has not reached
     /// them yet). `took_over`: it was another coordinator's, whose lease
-    /// had run out.
+    /// had run out. `epoch`: the fencing token of this claim, greater than
+    /// that of every earlier claim of the window; results written under an
+    /// older one are refused.
     Window {
         win: u64,
+        epoch: u64,
         pending: Vec<Pending>,
         took_over: bool,
     },
@@ -275,8 +297,10 @@ pub trait SharedStore: Send + Sync {
 
     /// Window `win` of `job` has had its results stored: it is done if no
     /// puzzle of it waits for a result (and its upload is complete), else
-    /// it is let go for anyone to claim. Whether it is done.
-    async fn finish(&self, job: i64, win: u64, holder: &str) -> Result<bool, StoreError>;
+    /// it is let go for anyone to claim, unless it was claimed again since
+    /// the claim of `epoch` (then the newer claim keeps it). Whether it is
+    /// done.
+    async fn finish(&self, job: i64, win: u64, epoch: u64) -> Result<bool, StoreError>;
 
     /// Lets go of `holder`'s windows of `job` that are not done.
     async fn release(&self, job: i64, holder: &str) -> Result<(), StoreError>;
@@ -377,8 +401,10 @@ pub trait JobStore: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<Vec<Pending>, StoreError>;
 
     /// Stores results, all in one transaction. A result already stored is
-    /// kept, and a result of a job no longer stored dropped. Gives the
-    /// results back with, for each, whether it was new.
+    /// kept, and a result of a job no longer stored dropped, as is (on a
+    /// shared store) one whose fence is no longer its window's epoch: the
+    /// window was claimed again since. Gives the results back with, for
+    /// each, whether it was new.
     async fn put_results(
         &self,
         results: Vec<ToWrite>,

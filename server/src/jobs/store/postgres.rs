@@ -34,7 +34,7 @@
 //! counts it, in the jobs' rows: PostgreSQL's own files do not shrink when
 //! rows are deleted.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -144,6 +144,9 @@ ALTER TABLE colball_jobs ADD COLUMN webhook text,
     ADD COLUMN webhook_delivered boolean NOT NULL DEFAULT false;
 CREATE INDEX colball_jobs_webhooks_due ON colball_jobs (webhook_next_ms)
     WHERE webhook IS NOT NULL AND webhook_next_ms < 9223372036854775807;
+",
+    r"
+ALTER TABLE colball_windows ADD COLUMN epoch bigint NOT NULL DEFAULT 0;
 ",
 ];
 
@@ -807,13 +810,22 @@ fn decode(bytes: &[u8]) -> Option<egress::PuzzleResult> {
     egress::PuzzleResult::decode(bytes).ok()
 }
 
+/// A result to store: its index, whether it is an error, its encoding and
+/// its fence (the epoch of its window's claim it was solved under).
+type Fenced<'a> = (u64, bool, &'a [u8], Option<u64>);
+
 /// Stores `results` of job `job` unless stored already, the job's row
 /// locked first (so concurrent writers take turns): the first of each
-/// index wins. Whether each was new; none is for a job no longer stored.
+/// index wins. A fenced result is stored only while its fence is its
+/// window's epoch, read under a share lock of the window's row that holds
+/// until the commit: a claim of the window (which bumps the epoch) waits
+/// for the results being written and then sees them stored, and once it
+/// is made the older claim's results are refused. Whether each was new;
+/// none is for a job no longer stored.
 async fn put_locked(
     tx: &deadpool_postgres::Transaction<'_>,
     job: i64,
-    results: &[(u64, bool, &[u8])],
+    results: &[Fenced<'_>],
 ) -> Result<Vec<bool>, StoreError> {
     let Some(stored) = tx
         .query_opt(
@@ -826,6 +838,29 @@ async fn put_locked(
         return Ok(vec![false; results.len()]);
     };
     let stored: i64 = stored.get(0);
+    let fenced: BTreeSet<i64> = results
+        .iter()
+        .filter(|r| r.3.is_some())
+        .map(|r| (r.0 / WINDOW as u64) as i64)
+        .collect();
+    let epochs: HashMap<u64, u64> = if fenced.is_empty() {
+        HashMap::new()
+    } else {
+        let wins: Vec<i64> = fenced.into_iter().collect();
+        tx.query(
+            "SELECT win, epoch FROM colball_windows WHERE job = $1 AND win = ANY($2) \
+             ORDER BY win FOR SHARE",
+            &[&job, &wins],
+        )
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1) as u64))
+        .collect()
+    };
+    let current = |index: u64, fence: Option<u64>| {
+        fence.is_none_or(|f| epochs.get(&(index / WINDOW as u64)) == Some(&f))
+    };
     let asked: Vec<i64> = results.iter().map(|r| r.0 as i64).collect();
     let mut have: HashSet<i64> = tx
         .query(
@@ -840,8 +875,8 @@ async fn put_locked(
     let (mut idx, mut pos, mut body) = (Vec::new(), Vec::new(), Vec::new());
     let (mut solved, mut errors, mut bytes) = (0i64, 0i64, 0i64);
     let mut new = Vec::with_capacity(results.len());
-    for &(index, error, encoded) in results {
-        let fresh = have.insert(index as i64);
+    for &(index, error, encoded, fence) in results {
+        let fresh = current(index, fence) && have.insert(index as i64);
         new.push(fresh);
         if fresh {
             idx.push(index as i64);
@@ -953,9 +988,10 @@ impl JobStore for PostgresStore {
                 }
             }
         }
-        let errors: Vec<(u64, bool, &[u8])> = invalid
+        // Invalid puzzles' results come with the upload, under no claim.
+        let errors: Vec<Fenced<'_>> = invalid
             .iter()
-            .map(|(i, e)| (*i, true, e.as_slice()))
+            .map(|(i, e)| (*i, true, e.as_slice(), None))
             .collect();
         let error_bytes: i64 = errors.iter().map(|e| e.2.len() as i64 + ROW_BYTES).sum();
         let (idx, ids, puzzles, errors) = (&idx, &ids, &puzzles, &errors);
@@ -1126,27 +1162,29 @@ impl JobStore for PostgresStore {
         &self,
         results: Vec<ToWrite>,
     ) -> (Vec<ToWrite>, Result<Vec<bool>, StoreError>) {
-        let encoded: Vec<Vec<u8>> = results.iter().map(|(_, r)| r.encode_to_vec()).collect();
+        let encoded: Vec<Vec<u8>> = results.iter().map(|w| w.result.encode_to_vec()).collect();
         let put = async {
             let more: i64 = encoded.iter().map(|e| e.len() as i64 + ROW_BYTES).sum();
             // By job, in ascending order (so that writers never wait on each
             // other in a circle), each result's place in `results` kept.
             let mut by_job: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
-            for (at, (job, _)) in results.iter().enumerate() {
-                by_job.entry(*job).or_default().push(at);
+            for (at, w) in results.iter().enumerate() {
+                by_job.entry(w.job).or_default().push(at);
             }
             let mut client = self.client().await?;
             let tx = client.transaction().await.map_err(backend)?;
             self.room(&tx, more).await?;
             let mut new = vec![false; results.len()];
             for (job, at) in &by_job {
-                let group: Vec<(u64, bool, &[u8])> = at
+                let group: Vec<Fenced<'_>> = at
                     .iter()
                     .map(|&i| {
+                        let w = &results[i];
                         (
-                            results[i].1.index,
-                            results[i].1.error().is_some(),
+                            w.result.index,
+                            w.result.error().is_some(),
                             encoded[i].as_slice(),
+                            w.fence,
                         )
                     })
                     .collect();
@@ -1224,10 +1262,10 @@ impl SharedStore for PostgresStore {
                SELECT win, holder FROM colball_windows \
                WHERE job = $1 AND NOT done AND ({WINDOW_FREE}) \
                ORDER BY win LIMIT 1 FOR UPDATE SKIP LOCKED) \
-             UPDATE colball_windows w SET holder = $2, holder_key = $4, \
+             UPDATE colball_windows w SET holder = $2, holder_key = $4, epoch = w.epoch + 1, \
                lease_until = now() + make_interval(secs => $3) \
              FROM free WHERE w.job = $1 AND w.win = free.win \
-             RETURNING w.win, free.holder"
+             RETURNING w.win, free.holder, w.epoch"
         );
         loop {
             let claimed = client
@@ -1271,34 +1309,36 @@ impl SharedStore for PostgresStore {
             };
             let win = claimed.get::<_, i64>(0) as u64;
             let before: Option<String> = claimed.get(1);
+            let epoch = claimed.get::<_, i64>(2) as u64;
             let from = win * WINDOW as u64;
             let pending = pending_in(&client, job, from, from + WINDOW as u64, WINDOW).await?;
             if !pending.is_empty() {
                 return Ok(Claim::Window {
                     win,
+                    epoch,
                     pending,
                     took_over: before.is_some_and(|b| b != holder),
                 });
             }
             // Nothing to solve in it: done, or (its upload not there yet)
             // let go and waited for.
-            if !self.finish(job, win, holder).await? {
+            if !self.finish(job, win, epoch).await? {
                 return Ok(Claim::Busy);
             }
         }
     }
 
-    async fn finish(&self, job: i64, win: u64, holder: &str) -> Result<bool, StoreError> {
+    async fn finish(&self, job: i64, win: u64, epoch: u64) -> Result<bool, StoreError> {
         let client = self.client().await?;
         let sql = format!(
             "UPDATE colball_windows w SET \
                done = NOT EXISTS ({WINDOW_PENDING}) AND EXISTS ({WINDOW_UPLOADED}), \
-               holder = CASE WHEN holder = $3 THEN NULL ELSE holder END, \
-               lease_until = CASE WHEN holder = $3 THEN NULL ELSE lease_until END \
+               holder = CASE WHEN epoch = $3 THEN NULL ELSE holder END, \
+               lease_until = CASE WHEN epoch = $3 THEN NULL ELSE lease_until END \
              WHERE w.job = $1 AND w.win = $2 AND NOT w.done RETURNING done"
         );
         let done = client
-            .query_opt(&sql, &[&job, &(win as i64), &holder])
+            .query_opt(&sql, &[&job, &(win as i64), &(epoch as i64)])
             .await
             .map_err(backend)?;
         // A window done already (by another) is done.
@@ -1440,9 +1480,23 @@ mod tests {
                 win,
                 pending,
                 took_over,
+                ..
             } => (win, pending.len(), took_over),
             other => panic!("no window claimed: {other:?}"),
         }
+    }
+
+    /// The epoch of the current claim of window `win` of `job`.
+    async fn epoch(s: &PostgresStore, job: i64, win: u64) -> u64 {
+        let client = s.client().await.unwrap();
+        let row = client
+            .query_one(
+                "SELECT epoch FROM colball_windows WHERE job = $1 AND win = $2",
+                &[&job, &(win as i64)],
+            )
+            .await
+            .unwrap();
+        row.get::<_, i64>(0) as u64
     }
 
     /// A throwaway server, and two stores (coordinators) on its database
@@ -1487,20 +1541,24 @@ mod tests {
             window(b.claim(job, "b", lease).await.unwrap()),
             (2, 100, false)
         );
-        assert!(!b.finish(job, 2, "b").await.unwrap(), "not uploaded whole");
+        assert!(
+            !b.finish(job, 2, epoch(&b, job, 2).await).await.unwrap(),
+            "not uploaded whole"
+        );
         a.seal(job, 1).await.unwrap();
         wake(&mut heard_by_b, Wake::Jobs).await;
         assert_eq!(
             window(a.claim(job, "a", lease).await.unwrap()),
             (2, 100, false)
         );
+        let a_window_2 = epoch(&a, job, 2).await;
         assert!(matches!(
             b.claim(job, "b", lease).await.unwrap(),
             Claim::Busy
         ));
 
         // Window 0 is finished before its results are in: let go, not done.
-        assert!(!a.finish(job, 0, "a").await.unwrap());
+        assert!(!a.finish(job, 0, epoch(&a, job, 0).await).await.unwrap());
         assert_eq!(
             window(b.claim(job, "b", lease).await.unwrap()),
             (0, WINDOW, false)
@@ -1510,7 +1568,7 @@ mod tests {
         };
         put(&a, results(0..WINDOW)).await;
         wake(&mut heard_by_b, Wake::Results(job)).await;
-        assert!(b.finish(job, 0, "b").await.unwrap());
+        assert!(b.finish(job, 0, epoch(&b, job, 0).await).await.unwrap());
 
         // b renews its leases (windows 1); a lets its own lapse (window 2),
         // and b takes it over.
@@ -1527,11 +1585,37 @@ mod tests {
         // The leader lets go of what lapsed: nothing now.
         assert_eq!(a.rescue().await.unwrap(), Rescued::default());
 
+        // a, back from a pause, still has window 2's old claim: its results
+        // are refused and its finish leaves the window b's.
+        let stale = a_window_2;
+        assert!(stale < epoch(&b, job, 2).await);
+        let late = (2 * WINDOW..n)
+            .map(|i| ToWrite {
+                fence: Some(stale),
+                ..ToWrite::unfenced(job, solved(i as u64))
+            })
+            .collect();
+        let (_, new) = a.put_results(late).await;
+        assert!(new.unwrap().iter().all(|new| !new), "a stale write stored");
+        assert!(!a.finish(job, 2, stale).await.unwrap());
+        let holder: Option<String> = a
+            .client()
+            .await
+            .unwrap()
+            .query_one(
+                "SELECT holder FROM colball_windows WHERE job = $1 AND win = 2",
+                &[&job],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(holder.as_deref(), Some("b"));
+
         // Everything stored (some twice): done once.
         put(&b, results(WINDOW..n)).await;
         put(&a, results(WINDOW..n)).await;
-        assert!(b.finish(job, 1, "b").await.unwrap());
-        assert!(b.finish(job, 2, "b").await.unwrap());
+        assert!(b.finish(job, 1, epoch(&b, job, 1).await).await.unwrap());
+        assert!(b.finish(job, 2, epoch(&b, job, 2).await).await.unwrap());
         assert!(matches!(
             a.claim(job, "a", lease).await.unwrap(),
             Claim::Done
@@ -1656,8 +1740,12 @@ mod tests {
     #[derive(Clone, Debug)]
     enum Step {
         Claim(usize),
-        /// Every puzzle of window `.0` gets its result (solved by anyone).
+        /// Every puzzle of window `.0` gets its result, under no claim.
         Solve(u64),
+        /// Coordinator `.0` writes window `.1`'s results under its last
+        /// claim of it.
+        Write(usize, u64),
+        /// Coordinator `.0` finishes window `.1` under its last claim of it.
         Finish(usize, u64),
         /// Coordinator `.0`'s leases run out.
         Lapse(usize),
@@ -1669,7 +1757,8 @@ mod tests {
         use proptest::prelude::*;
         prop_oneof![
             4 => (0..2usize).prop_map(Step::Claim),
-            2 => (0..3u64).prop_map(Step::Solve),
+            1 => (0..3u64).prop_map(Step::Solve),
+            2 => (0..2usize, 0..3u64).prop_map(|(h, w)| Step::Write(h, w)),
             3 => (0..2usize, 0..3u64).prop_map(|(h, w)| Step::Finish(h, w)),
             1 => (0..2usize).prop_map(Step::Lapse),
             1 => (0..2usize).prop_map(Step::Renew),
@@ -1678,12 +1767,15 @@ mod tests {
     }
 
     /// What the windows should be: for each, its holder (and whether its
-    /// lease is live), whether it is done, whether its results are stored.
+    /// lease is live), whether it is done, whether its results are stored,
+    /// its epoch; and each coordinator's last claim of each.
     #[derive(Clone, Debug, Default)]
     struct Model {
         holder: [Option<(usize, bool)>; 3],
         done: [bool; 3],
         solved: [bool; 3],
+        epoch: [u64; 3],
+        claimed: [[Option<u64>; 3]; 2],
     }
 
     impl Model {
@@ -1697,6 +1789,7 @@ mod tests {
                 if !self.free(w) {
                     continue;
                 }
+                self.epoch[w] += 1;
                 if self.solved[w] {
                     self.done[w] = true;
                     self.holder[w] = None;
@@ -1704,6 +1797,7 @@ mod tests {
                 }
                 let took_over = self.holder[w].is_some_and(|(o, _)| o != h);
                 self.holder[w] = Some((h, true));
+                self.claimed[h][w] = Some(self.epoch[w]);
                 return Ok((w as u64, took_over));
             }
             if self.solved.iter().all(|s| *s) {
@@ -1717,10 +1811,12 @@ mod tests {
 
     /// Random sequences of claims, results, finishes, lapses, renewals and
     /// releases by two coordinators on one job: after every step the
-    /// windows in the database are what the model says (holder, done), a
-    /// claim gives the window the model predicts (never one held under a
-    /// live lease), and a window is done only when each of its puzzles has
-    /// its result.
+    /// windows in the database are what the model says (holder, done,
+    /// epoch), a claim gives the window the model predicts (never one held
+    /// under a live lease) with a greater epoch than any before, a window is
+    /// done only when each of its puzzles has its result, and results
+    /// written or a finish under a claim no longer current (the window
+    /// claimed again since) change nothing.
     #[test]
     fn window_claims_keep_their_invariants_over_random_steps() {
         use proptest::test_runner::{Config, TestRunner};
@@ -1768,13 +1864,34 @@ mod tests {
                             put(&s[0], results).await;
                             model.solved[w as usize] = true;
                         }
+                        Step::Write(h, w) => {
+                            let i = w as usize;
+                            if let Some(fence) = model.claimed[h][i] {
+                                let from = w * WINDOW as u64;
+                                let to = (from + WINDOW as u64).min(n as u64);
+                                let results = (from..to)
+                                    .map(|i| ToWrite {
+                                        fence: Some(fence),
+                                        ..ToWrite::unfenced(job, solved(i))
+                                    })
+                                    .collect();
+                                let (_, new) = s[h].put_results(results).await;
+                                let stored = fence == model.epoch[i] && !model.solved[i];
+                                let new = new.unwrap();
+                                assert!(new.iter().all(|n| *n == stored), "{model:?}");
+                                model.solved[i] |= stored;
+                            }
+                        }
                         Step::Finish(h, w) => {
                             let i = w as usize;
-                            if model.holder[i].is_some_and(|(o, _)| o == h) {
-                                let done = s[h].finish(job, w, names[h]).await.unwrap();
-                                assert_eq!(done, model.solved[i], "{model:?}");
-                                model.done[i] |= done;
-                                model.holder[i] = None;
+                            if let Some(fence) = model.claimed[h][i] {
+                                let done = s[h].finish(job, w, fence).await.unwrap();
+                                let want = model.done[i] || model.solved[i];
+                                assert_eq!(done, want, "{model:?}");
+                                model.done[i] = want;
+                                if fence == model.epoch[i] || want {
+                                    model.holder[i] = None;
+                                }
                             }
                         }
                         Step::Lapse(h) => {
@@ -1808,7 +1925,8 @@ mod tests {
                     let client = s[0].client().await.unwrap();
                     let rows = client
                         .query(
-                            "SELECT win, holder, done FROM colball_windows WHERE job = $1 ORDER BY win",
+                            "SELECT win, holder, done, epoch FROM colball_windows \
+                             WHERE job = $1 ORDER BY win",
                             &[&job],
                         )
                         .await
@@ -1818,7 +1936,12 @@ mod tests {
                         let holder: Option<String> = r.get(1);
                         let done: bool = r.get(2);
                         assert_eq!(done, model.done[w], "window {w}: {model:?}");
-                        assert!(!done || model.solved[w], "window {w} done without its results");
+                        let epoch = r.get::<_, i64>(3) as u64;
+                        assert_eq!(epoch, model.epoch[w], "window {w}: {model:?}");
+                        assert!(
+                            !done || model.solved[w],
+                            "window {w} done without its results"
+                        );
                         let want = model.holder[w].map(|(h, _)| names[h].to_string());
                         if !done {
                             assert_eq!(holder, want, "window {w}: {model:?}");

@@ -562,19 +562,20 @@ impl Database {
     pub fn put_results(&self, results: &[ToWrite]) -> Result<Vec<bool>, StoreError> {
         let mut encoded = Vec::new();
         let mut ends = Vec::with_capacity(results.len());
-        for (_, r) in results {
-            r.encode(&mut encoded)
+        for w in results {
+            w.result
+                .encode(&mut encoded)
                 .map_err(|e| StoreError::Backend(e.to_string()))?;
             ends.push(encoded.len());
         }
         let incoming: Vec<Incoming<'_>> = results
             .iter()
             .zip(std::iter::once(0).chain(ends.iter().copied()).zip(&ends))
-            .map(|((job, r), (at, end))| Incoming {
-                job: *job,
-                index: r.index,
+            .map(|(w, (at, end))| Incoming {
+                job: w.job,
+                index: w.result.index,
                 bytes: &encoded[at..*end],
-                error: r.error().is_some(),
+                error: w.result.error().is_some(),
             })
             .collect();
         let mut conn = self.conn();
@@ -943,7 +944,10 @@ mod tests {
         s.add(job, 0, &entries(10)).unwrap();
         s.seal(job, 2).unwrap();
         let result = egress::PuzzleResult::failed("p1".into(), 1, "no".into());
-        assert_eq!(s.put_results(&[(job, result)]).unwrap(), [true]);
+        assert_eq!(
+            s.put_results(&[ToWrite::unfenced(job, result)]).unwrap(),
+            [true]
+        );
         let half = s.create(&new_job("bob")).unwrap();
         s.add(half, 0, &entries(2)).unwrap();
         let id = s.job_id(job);
@@ -1149,7 +1153,7 @@ mod tests {
         assert!(pending.iter().all(|p| !stored.contains(&p.0)));
         // New results go on from where the stored order ended.
         let more = [5, 3].map(|i| {
-            (
+            ToWrite::unfenced(
                 1,
                 egress::PuzzleResult::failed(format!("p{i}").into(), i, "no".into()),
             )
