@@ -274,10 +274,12 @@ impl State {
             }
             self.lose(id, reason, now, &mut effects);
         }
-        self.judge_workers(now, &mut effects);
-        self.fail_if_no_workers(now, &mut effects);
+        // Workers are judged by the expected times the backups below are
+        // launched by: a worker whose every task is due for a backup is slow.
         self.solve_times
             .refresh(self.limits.speculation.min_samples);
+        self.judge_workers(now, &mut effects);
+        self.fail_if_no_workers(now, &mut effects);
         if self.wake.is_some_and(|w| w <= now) {
             self.wake = None;
         }

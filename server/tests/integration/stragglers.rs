@@ -59,6 +59,16 @@ async fn read_all(
     workers
 }
 
+/// How many puzzles the worker named `name` holds, from `/metrics`.
+fn holds(http: &str, name: &str) -> u64 {
+    let body = procs::metrics_text(http).unwrap();
+    let key = format!("colball_worker_in_flight{{worker=\"{name}#");
+    body.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .and_then(|l| l.split_whitespace().last())
+        .map_or(0, |v| v.parse().unwrap())
+}
+
 /// Seconds to solve `puzzles` on `workers` healthy workers of one thread.
 async fn healthy_alone(puzzles: &[(String, Puzzle)], answers: &[i64], workers: usize) -> Duration {
     let c = coordinator();
@@ -121,18 +131,34 @@ async fn a_worker_stopped_nine_tenths_of_the_time_does_not_hold_a_batch() {
     let _b = worker(&c.url, "h1", 1);
     let throttled = worker(&c.url, "throttled", 2);
     wait_metric(&c.http, "workers", |n| n == 3).await;
+    let mut client = Client::connect(&c.url).await.unwrap();
+    // The coordinator learns a 4x4's expected time first, so that what the
+    // stopped worker holds is judged from the start, not from whenever
+    // enough answers have come in.
+    let warm = four_by_four(323, 60);
+    let warm_answers = self::answers(&warm);
+    read_all(
+        client.solve_stream(&warm, false).await.unwrap(),
+        &warm_answers,
+    )
+    .await;
+    let began = Instant::now();
+    let stream = client.solve_stream(&puzzles, false).await.unwrap();
+    // Stopped while it holds some of the batch: only then can it hold the
+    // tail.
+    while holds(&c.http, "throttled") == 0 {
+        assert!(
+            began.elapsed() < procs::WAIT,
+            "the throttled worker was given nothing"
+        );
+        tokio::task::yield_now().await;
+    }
     let cycle = DutyCycle::start(
         throttled.pid(),
         Duration::from_millis(900),
         Duration::from_millis(100),
     );
-    let mut client = Client::connect(&c.url).await.unwrap();
-    let began = Instant::now();
-    let workers = read_all(
-        client.solve_stream(&puzzles, false).await.unwrap(),
-        &answers,
-    )
-    .await;
+    let workers = read_all(stream, &answers).await;
     let took = began.elapsed();
     drop(cycle);
     let by_throttled = workers.iter().filter(|w| *w == "throttled").count();
