@@ -5,16 +5,23 @@
 //! applications is safe): `colball_meta` (the schema's version and the
 //! store's key for job ids), `colball_jobs` (a row per job, with its counts,
 //! the results stored so far (`stored`, the next result's place in stored
-//! order) and the bytes it holds), `colball_puzzles` (a row per puzzle: its
-//! id and its [`pack_puzzle`] bytes, none for one stored with its error)
-//! and `colball_results` (a row per result: its index, its place in stored
-//! order and its encoding). Puzzles and results go in by arrays
-//! (`unnest`), one statement a chunk or group, never one a puzzle.
+//! order) and the bytes it holds), `colball_puzzle_blocks` (a row per
+//! uploaded chunk's part in one window: the index of its first puzzle, and
+//! its puzzles and ids packed as the SQLite store packs a chunk,
+//! [`layout::pack`]) and `colball_result_groups` (a row per group of
+//! results a writer stored in one window: the place in stored order of its
+//! first, how many, its window, its lowest and highest index, and the
+//! results' encodings packed, [`layout::pack_results`]). Which of a
+//! window's indices have a result is a bitmap in its row (`got`, with
+//! their count, `filled`). So a job costs a row per chunk and per group
+//! written, never one per puzzle, and a read in index order merges the
+//! groups of the windows it covers.
 //!
 //! Every write to a job's results first locks the job's row (`FOR
-//! UPDATE`, jobs in ascending order), so concurrent writers from several
-//! coordinators keep each result once (the first wins), the counts exact
-//! and the stored order without gaps.
+//! UPDATE`, jobs in ascending order), then its windows' rows (ascending),
+//! so concurrent writers from several coordinators keep each result once
+//! (the first wins, by the bitmap), the counts exact and the stored order
+//! without gaps.
 //!
 //! Several coordinators share the store ([`SharedStore`]): each job's
 //! puzzles fall in windows of [`WINDOW`] (`colball_windows`, a row per
@@ -29,12 +36,14 @@
 //! the maintenance.
 //!
 //! The schema is created and migrated at start under a transaction-level
-//! advisory lock, so coordinators starting together migrate once. Its
+//! advisory lock, so coordinators starting together migrate once; a
+//! database of the row-per-puzzle layout (versions 1 to 4) has its jobs
+//! regrouped in place ([`regroup`]), those in flight too. Its
 //! size (what `--max-store-mib` caps) is counted as the in-memory store
 //! counts it, in the jobs' rows: PostgreSQL's own files do not shrink when
 //! rows are deleted.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,7 +61,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres_rustls::MakeRustlsConnect;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::sqlite::layout::{pack_puzzle, unpack_puzzle};
+use super::sqlite::layout;
 use super::{
     Claim, Entry, JobRow, JobState, JobStore, NewJob, Pending, Rescued, SharedStore, StoreError,
     ToWrite, WINDOW, Wake, Webhook, id_of,
@@ -148,7 +157,37 @@ CREATE INDEX colball_jobs_webhooks_due ON colball_jobs (webhook_next_ms)
     r"
 ALTER TABLE colball_windows ADD COLUMN epoch bigint NOT NULL DEFAULT 0;
 ",
+    r"
+CREATE TABLE colball_puzzle_blocks (
+    job bigint NOT NULL REFERENCES colball_jobs ON DELETE CASCADE,
+    first bigint NOT NULL,
+    puzzles bytea NOT NULL,
+    ids bytea NOT NULL,
+    PRIMARY KEY (job, first)
+);
+CREATE TABLE colball_result_groups (
+    job bigint NOT NULL REFERENCES colball_jobs ON DELETE CASCADE,
+    pos bigint NOT NULL,
+    n integer NOT NULL,
+    win bigint NOT NULL,
+    lo bigint NOT NULL,
+    hi bigint NOT NULL,
+    body bytea NOT NULL,
+    PRIMARY KEY (job, pos)
+);
+CREATE INDEX colball_result_groups_win ON colball_result_groups (job, win);
+ALTER TABLE colball_windows ADD COLUMN got bytea NOT NULL DEFAULT '\x',
+    ADD COLUMN filled integer NOT NULL DEFAULT 0;
+INSERT INTO colball_windows (job, win, done)
+    SELECT seq, generate_series(0, (puzzles - 1) / 8192), state IN (3, 4, 5)
+    FROM colball_jobs WHERE puzzles > 0
+    ON CONFLICT DO NOTHING;
+",
 ];
+
+/// The version whose step moves the jobs of the row-per-puzzle layout
+/// into blocks and groups ([`regroup`]), once its tables are made.
+const REGROUPED: usize = 5;
 
 /// The keys of the coordinators alive now (a common table expression:
 /// their live locks, [`LIVE_CLASS`]).
@@ -177,17 +216,11 @@ fn ordered(set: &str, pick: &str) -> String {
     )
 }
 
-/// The puzzles of window `w.win` of job `w.job` still without a result,
-/// as a condition (`EXISTS` them).
-const WINDOW_PENDING: &str = "SELECT 1 FROM colball_puzzles p \
-     WHERE p.job = w.job AND p.idx >= w.win * 8192 AND p.idx < (w.win + 1) * 8192 \
-       AND p.puzzle IS NOT NULL \
-       AND NOT EXISTS (SELECT 1 FROM colball_results r WHERE r.job = p.job AND r.idx = p.idx)";
-
-/// Whether window `w.win` of job `w.job` has all its puzzles (the job is
-/// sealed, or its upload went past the window), as a condition.
-const WINDOW_UPLOADED: &str = "SELECT 1 FROM colball_jobs j \
-     WHERE j.seq = w.job AND (j.state <> 0 OR j.puzzles >= (w.win + 1) * 8192)";
+/// Whether window `w` of job `j` is done: all its puzzles are there (the
+/// job is sealed, or its upload went past the window) and each has its
+/// result, as a condition.
+const WINDOW_DONE: &str = "(j.state <> 0 OR j.puzzles >= (w.win + 1) * 8192) \
+     AND w.filled >= least(j.puzzles - w.win * 8192, 8192)";
 
 const JOB_COLUMNS: &str = "seq, owner, name, priority, state, puzzles, solved, errors, \
      created_ms, finished_ms, failure, fail_fast, any_order, bytes, \
@@ -612,8 +645,13 @@ async fn migrate(client: &mut deadpool_postgres::Object) -> Result<String, Failu
             false,
         ));
     }
-    for step in &MIGRATIONS[version as usize..] {
+    for (at, step) in MIGRATIONS.iter().enumerate().skip(version as usize) {
         tx.batch_execute(step).await.map_err(e)?;
+        if at + 1 == REGROUPED {
+            regroup(&tx)
+                .await
+                .map_err(|e| Failure(e.to_string(), false))?;
+        }
     }
     tx.execute(
         "INSERT INTO colball_meta VALUES ('schema_version', $1) \
@@ -774,36 +812,65 @@ async fn held_bytes(client: &impl tokio_postgres::GenericClient) -> Result<i64, 
         .get(0))
 }
 
-/// Up to `limit` puzzles of `job` from index `from` to before `to` that
-/// have no result yet, in index order.
-async fn pending_in(
-    client: &tokio_postgres::Client,
+/// Whether index `at` of a window has a result, by the window's bitmap.
+fn has(got: &[u8], at: u64) -> bool {
+    got.get((at / 8) as usize)
+        .is_some_and(|byte| byte >> (at % 8) & 1 == 1)
+}
+
+/// Marks index `at` of a window as having a result in its bitmap.
+fn mark(got: &mut Vec<u8>, at: u64) {
+    let byte = (at / 8) as usize;
+    if got.len() <= byte {
+        got.resize(WINDOW / 8, 0);
+    }
+    got[byte] |= 1 << (at % 8);
+}
+
+/// Up to `limit` puzzles of window `win` of `job`, from index `from` on,
+/// that have no result yet, in index order.
+async fn window_pending(
+    client: &impl tokio_postgres::GenericClient,
     job: i64,
+    win: u64,
     from: u64,
-    to: u64,
     limit: usize,
 ) -> Result<Vec<Pending>, StoreError> {
-    let rows = client
+    let got: Vec<u8> = client
+        .query_opt(
+            "SELECT got FROM colball_windows WHERE job = $1 AND win = $2",
+            &[&job, &(win as i64)],
+        )
+        .await
+        .map_err(backend)?
+        .map_or_else(Vec::new, |r| r.get(0));
+    let first = win * WINDOW as u64;
+    let blocks = client
         .query(
-            "SELECT p.idx, p.id, p.puzzle FROM colball_puzzles p \
-             WHERE p.job = $1 AND p.idx >= $2 AND p.idx < $3 AND p.puzzle IS NOT NULL \
-               AND NOT EXISTS (SELECT 1 FROM colball_results r WHERE r.job = p.job AND r.idx = p.idx) \
-             ORDER BY p.idx LIMIT $4",
-            &[&job, &(from as i64), &(to as i64), &(limit as i64)],
+            "SELECT first, puzzles, ids FROM colball_puzzle_blocks \
+             WHERE job = $1 AND first >= $2 AND first < $3 ORDER BY first",
+            &[&job, &(first as i64), &((first + WINDOW as u64) as i64)],
         )
         .await
         .map_err(backend)?;
-    Ok(rows
-        .iter()
-        .filter_map(|r| {
-            let puzzle = unpack_puzzle(r.get::<_, &[u8]>(2))?;
-            Some((
-                r.get::<_, i64>(0) as u64,
-                EcoString::from(r.get::<_, &str>(1)),
-                puzzle,
-            ))
-        })
-        .collect())
+    let mut out = Vec::new();
+    for block in &blocks {
+        let start = block.get::<_, i64>(0) as u64;
+        let entries = layout::unpack(block.get(1), block.get(2));
+        for (index, entry) in (start..).zip(entries) {
+            if index < from || has(&got, index - first) {
+                continue;
+            }
+            // None: an entry stored with its error result (so not here).
+            if let Some((id, puzzle)) = entry {
+                out.push((index, id, puzzle));
+                if out.len() == limit {
+                    return Ok(out);
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn decode(bytes: &[u8]) -> Option<egress::PuzzleResult> {
@@ -815,13 +882,15 @@ fn decode(bytes: &[u8]) -> Option<egress::PuzzleResult> {
 type Fenced<'a> = (u64, bool, &'a [u8], Option<u64>);
 
 /// Stores `results` of job `job` unless stored already, the job's row
-/// locked first (so concurrent writers take turns): the first of each
-/// index wins. A fenced result is stored only while its fence is its
-/// window's epoch, read under a share lock of the window's row that holds
-/// until the commit: a claim of the window (which bumps the epoch) waits
-/// for the results being written and then sees them stored, and once it
-/// is made the older claim's results are refused. Whether each was new;
-/// none is for a job no longer stored.
+/// locked first (so concurrent writers take turns), then its windows'
+/// rows: the first of each index wins, by the window's bitmap. A fenced
+/// result is stored only while its fence is its window's epoch, read under
+/// that lock, which holds until the commit: a claim of the window (which
+/// raises the epoch) waits for the results being written and then sees
+/// them stored, and once it is made the older claim's results are refused.
+/// The new results go in as a group a window, in one statement with the
+/// windows' bitmaps and the job's counts. Whether each was new; none is
+/// for a job no longer stored, nor for an index beyond its upload.
 async fn put_locked(
     tx: &deadpool_postgres::Transaction<'_>,
     job: i64,
@@ -838,50 +907,42 @@ async fn put_locked(
         return Ok(vec![false; results.len()]);
     };
     let stored: i64 = stored.get(0);
-    let fenced: BTreeSet<i64> = results
+    let wins: Vec<i64> = results
         .iter()
-        .filter(|r| r.3.is_some())
         .map(|r| (r.0 / WINDOW as u64) as i64)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
         .collect();
-    let epochs: HashMap<u64, u64> = if fenced.is_empty() {
-        HashMap::new()
-    } else {
-        let wins: Vec<i64> = fenced.into_iter().collect();
-        tx.query(
-            "SELECT win, epoch FROM colball_windows WHERE job = $1 AND win = ANY($2) \
-             ORDER BY win FOR SHARE",
+    // Each window's epoch and bitmap, and its new results in order.
+    let mut windows: BTreeMap<u64, (u64, Vec<u8>, Group)> = tx
+        .query(
+            "SELECT win, epoch, got FROM colball_windows WHERE job = $1 AND win = ANY($2) \
+             ORDER BY win FOR UPDATE",
             &[&job, &wins],
         )
         .await
         .map_err(backend)?
         .iter()
-        .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1) as u64))
-        .collect()
-    };
-    let current = |index: u64, fence: Option<u64>| {
-        fence.is_none_or(|f| epochs.get(&(index / WINDOW as u64)) == Some(&f))
-    };
-    let asked: Vec<i64> = results.iter().map(|r| r.0 as i64).collect();
-    let mut have: HashSet<i64> = tx
-        .query(
-            "SELECT idx FROM colball_results WHERE job = $1 AND idx = ANY($2)",
-            &[&job, &asked],
-        )
-        .await
-        .map_err(backend)?
-        .iter()
-        .map(|r| r.get(0))
+        .map(|r| {
+            let win = r.get::<_, i64>(0) as u64;
+            (win, (r.get::<_, i64>(1) as u64, r.get(2), Vec::new()))
+        })
         .collect();
-    let (mut idx, mut pos, mut body) = (Vec::new(), Vec::new(), Vec::new());
     let (mut solved, mut errors, mut bytes) = (0i64, 0i64, 0i64);
     let mut new = Vec::with_capacity(results.len());
     for &(index, error, encoded, fence) in results {
-        let fresh = current(index, fence) && have.insert(index as i64);
+        let win = index / WINDOW as u64;
+        let at = index % WINDOW as u64;
+        let fresh = windows.get_mut(&win).is_some_and(|(epoch, got, group)| {
+            let fresh = fence.is_none_or(|f| f == *epoch) && !has(got, at);
+            if fresh {
+                mark(got, at);
+                group.push((index, encoded));
+            }
+            fresh
+        });
         new.push(fresh);
         if fresh {
-            idx.push(index as i64);
-            pos.push(stored + idx.len() as i64 - 1);
-            body.push(encoded);
             bytes += encoded.len() as i64 + ROW_BYTES;
             if error {
                 errors += 1;
@@ -890,26 +951,159 @@ async fn put_locked(
             }
         }
     }
-    if !idx.is_empty() {
+    let (mut pos, mut n, mut win, mut lo, mut hi, mut got, mut body) =
+        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    let mut next = stored;
+    for (w, (_, bits, group)) in windows {
+        if group.is_empty() {
+            continue;
+        }
+        pos.push(next);
+        next += group.len() as i64;
+        n.push(group.len() as i32);
+        win.push(w as i64);
+        lo.push(group.iter().map(|g| g.0).min().unwrap_or(0) as i64);
+        hi.push(group.iter().map(|g| g.0).max().unwrap_or(0) as i64);
+        got.push(bits);
+        body.push(layout::pack_results(group));
+    }
+    if !pos.is_empty() {
         tx.execute(
-            "INSERT INTO colball_results (job, idx, pos, body) \
-             SELECT $1, * FROM unnest($2::bigint[], $3::bigint[], $4::bytea[])",
-            &[&job, &idx, &pos, &body],
+            "WITH g AS ( \
+               INSERT INTO colball_result_groups (job, pos, n, win, lo, hi, body) \
+               SELECT $1, * FROM unnest($2::bigint[], $3::int[], $4::bigint[], $5::bigint[], \
+                 $6::bigint[], $7::bytea[])), \
+             w AS ( \
+               UPDATE colball_windows w SET got = u.got, filled = w.filled + u.n \
+               FROM unnest($4::bigint[], $8::bytea[], $3::int[]) AS u(win, got, n) \
+               WHERE w.job = $1 AND w.win = u.win), \
+             j AS ( \
+               UPDATE colball_jobs SET solved = solved + $9, errors = errors + $10, \
+                 stored = $11, bytes = bytes + $12 WHERE seq = $1 RETURNING seq) \
+             SELECT pg_notify($13, 'r' || seq) FROM j",
+            &[
+                &job, &pos, &n, &win, &lo, &hi, &body, &got, &solved, &errors, &next, &bytes,
+                &CHANNEL,
+            ],
         )
         .await
         .map_err(backend)?;
-        tx.execute(
-            "UPDATE colball_jobs SET solved = solved + $2, errors = errors + $3, \
-             stored = stored + $4, bytes = bytes + $5 WHERE seq = $1",
-            &[&job, &solved, &errors, &(idx.len() as i64), &bytes],
-        )
-        .await
-        .map_err(backend)?;
-        tx.execute("SELECT pg_notify($1, 'r' || $2::bigint)", &[&CHANNEL, &job])
-            .await
-            .map_err(backend)?;
     }
     Ok(new)
+}
+
+/// Results of one window as a group holds them: (index, encoded result).
+type Group<'a> = Vec<(u64, &'a [u8])>;
+
+/// Moves the jobs of the row-per-puzzle layout (`colball_puzzles`, a row
+/// per puzzle, and `colball_results`, a row per result) into blocks and
+/// groups, job by job, window by window, and drops the old tables. Run
+/// once, by the migration to [`REGROUPED`], in its transaction: a job in
+/// flight goes on from where it was.
+async fn regroup(tx: &deadpool_postgres::Transaction<'_>) -> Result<(), StoreError> {
+    let jobs: Vec<i64> = tx
+        .query("SELECT DISTINCT job FROM colball_puzzles ORDER BY job", &[])
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for job in jobs {
+        let rows = tx
+            .query(
+                "SELECT idx, id, puzzle FROM colball_puzzles WHERE job = $1 ORDER BY idx",
+                &[&job],
+            )
+            .await
+            .map_err(backend)?;
+        // A block per run of consecutive indices in one window.
+        let mut blocks: Vec<(u64, Vec<Entry>)> = Vec::new();
+        for r in &rows {
+            let index = r.get::<_, i64>(0) as u64;
+            let entry = match r.get::<_, Option<&[u8]>>(2).and_then(layout::unpack_puzzle) {
+                Some(puzzle) => Entry::Puzzle {
+                    id: EcoString::from(r.get::<_, &str>(1)),
+                    puzzle,
+                },
+                None => Entry::Invalid(v1::PuzzleResult::default()),
+            };
+            match blocks.last_mut() {
+                Some((first, entries))
+                    if *first + entries.len() as u64 == index
+                        && *first / WINDOW as u64 == index / WINDOW as u64 =>
+                {
+                    entries.push(entry)
+                }
+                _ => blocks.push((index, vec![entry])),
+            }
+        }
+        for (first, entries) in &blocks {
+            let (puzzles, ids) = layout::pack(entries);
+            tx.execute(
+                "INSERT INTO colball_puzzle_blocks (job, first, puzzles, ids) VALUES ($1, $2, $3, $4)",
+                &[&job, &(*first as i64), &puzzles, &ids],
+            )
+            .await
+            .map_err(backend)?;
+        }
+        let results = tx
+            .query(
+                "SELECT idx, pos, body FROM colball_results WHERE job = $1 ORDER BY pos",
+                &[&job],
+            )
+            .await
+            .map_err(backend)?;
+        // A group per run of results in one window, in stored order.
+        let mut groups: Vec<(i64, Group)> = Vec::new();
+        let mut bitmaps: BTreeMap<u64, (Vec<u8>, i32)> = BTreeMap::new();
+        for r in &results {
+            let index = r.get::<_, i64>(0) as u64;
+            let pos: i64 = r.get(1);
+            let (bits, filled) = bitmaps.entry(index / WINDOW as u64).or_default();
+            mark(bits, index % WINDOW as u64);
+            *filled += 1;
+            match groups.last_mut() {
+                Some((first, group))
+                    if *first + group.len() as i64 == pos
+                        && group[0].0 / WINDOW as u64 == index / WINDOW as u64 =>
+                {
+                    group.push((index, r.get(2)))
+                }
+                _ => groups.push((pos, vec![(index, r.get(2))])),
+            }
+        }
+        for (pos, group) in groups {
+            let lo = group.iter().map(|g| g.0).min().unwrap_or(0) as i64;
+            let hi = group.iter().map(|g| g.0).max().unwrap_or(0) as i64;
+            tx.execute(
+                "INSERT INTO colball_result_groups (job, pos, n, win, lo, hi, body) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                &[
+                    &job,
+                    &pos,
+                    &(group.len() as i32),
+                    &(lo / WINDOW as i64),
+                    &lo,
+                    &hi,
+                    &layout::pack_results(group),
+                ],
+            )
+            .await
+            .map_err(backend)?;
+        }
+        for (win, (bits, filled)) in bitmaps {
+            tx.execute(
+                "UPDATE colball_windows SET got = $3, filled = $4 WHERE job = $1 AND win = $2",
+                &[&job, &(win as i64), &bits, &filled],
+            )
+            .await
+            .map_err(backend)?;
+        }
+    }
+    tx.batch_execute("DROP TABLE colball_results; DROP TABLE colball_puzzles;")
+        .await
+        .map_err(backend)?;
+    Ok(())
 }
 
 #[async_trait]
@@ -961,32 +1155,33 @@ impl JobStore for PostgresStore {
 
     async fn add(&self, job: i64, first: u64, entries: Vec<Entry>) -> Result<(), StoreError> {
         let n = entries.len();
-        let mut idx = Vec::with_capacity(n);
-        let mut ids = Vec::with_capacity(n);
-        let mut puzzles: Vec<Option<Vec<u8>>> = Vec::with_capacity(n);
         let mut invalid = Vec::new();
         // The puzzles' bytes; the error results' are counted where they
         // are stored (`put_locked`).
         let mut bytes = 0i64;
         for (i, entry) in entries.iter().enumerate() {
             let index = first + i as u64;
-            idx.push(index as i64);
             bytes += ROW_BYTES;
             match entry {
-                Entry::Puzzle { id, puzzle } => {
-                    bytes += id.len() as i64;
-                    ids.push(id.as_str());
-                    puzzles.push(Some(pack_puzzle(puzzle).to_vec()));
-                }
-                Entry::Invalid(r) => {
-                    ids.push("");
-                    puzzles.push(None);
-                    invalid.push((
-                        index,
-                        v1::PuzzleResult { index, ..r.clone() }.encode_to_vec(),
-                    ));
-                }
+                Entry::Puzzle { id, .. } => bytes += id.len() as i64,
+                Entry::Invalid(r) => invalid.push((
+                    index,
+                    v1::PuzzleResult { index, ..r.clone() }.encode_to_vec(),
+                )),
             }
+        }
+        // A block per window the chunk reaches into.
+        let (mut starts, mut puzzles, mut ids) = (vec![], vec![], vec![]);
+        let mut at = 0;
+        while at < n {
+            let index = first + at as u64;
+            let room = WINDOW - (index % WINDOW as u64) as usize;
+            let part = &entries[at..n.min(at + room)];
+            let (p, i) = layout::pack(part);
+            starts.push(index as i64);
+            puzzles.push(p);
+            ids.push(i);
+            at += part.len();
         }
         // Invalid puzzles' results come with the upload, under no claim.
         let errors: Vec<Fenced<'_>> = invalid
@@ -994,53 +1189,53 @@ impl JobStore for PostgresStore {
             .map(|(i, e)| (*i, true, e.as_slice(), None))
             .collect();
         let error_bytes: i64 = errors.iter().map(|e| e.2.len() as i64 + ROW_BYTES).sum();
-        let (idx, ids, puzzles, errors) = (&idx, &ids, &puzzles, &errors);
+        let (starts, ids, puzzles, errors) = (&starts, &ids, &puzzles, &errors);
         resolving(|| async move {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(backend)?;
-        if tx
-            .query_opt(
-                "SELECT 1 FROM colball_jobs WHERE seq = $1 FOR UPDATE",
-                &[&job],
-            )
-            .await
-            .map_err(backend)?
-            .is_none()
-        {
-            return Err(StoreError::NoSuchJob(job));
-        }
-        self.room(&tx, bytes + error_bytes).await?;
-        tx.execute(
-            "INSERT INTO colball_puzzles (job, idx, id, puzzle) \
-             SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::bytea[])",
-            &[&job, idx, ids, puzzles],
-        )
-        .await
-        .map_err(backend)?;
-        if !errors.is_empty() {
-            put_locked(&tx, job, errors).await?;
-        }
-        tx.execute(
-            "UPDATE colball_jobs SET puzzles = greatest(puzzles, $2), bytes = bytes + $3 WHERE seq = $1",
-            &[&job, &((first + n as u64) as i64), &bytes],
-        )
-        .await
-        .map_err(backend)?;
-        if n > 0 {
-            let w = WINDOW as u64;
+            let mut client = self.client().await?;
+            let tx = client.transaction().await.map_err(backend)?;
+            if tx
+                .query_opt(
+                    "SELECT 1 FROM colball_jobs WHERE seq = $1 FOR UPDATE",
+                    &[&job],
+                )
+                .await
+                .map_err(backend)?
+                .is_none()
+            {
+                return Err(StoreError::NoSuchJob(job));
+            }
+            self.room(&tx, bytes + error_bytes).await?;
+            if n > 0 {
+                let w = WINDOW as u64;
+                tx.execute(
+                    "WITH b AS ( \
+                       INSERT INTO colball_puzzle_blocks (job, first, puzzles, ids) \
+                       SELECT $1, * FROM unnest($2::bigint[], $3::bytea[], $4::bytea[])) \
+                     INSERT INTO colball_windows (job, win) \
+                     SELECT $1, generate_series($5::bigint, $6::bigint) ON CONFLICT DO NOTHING",
+                    &[
+                        &job,
+                        starts,
+                        puzzles,
+                        ids,
+                        &((first / w) as i64),
+                        &(((first + n as u64 - 1) / w) as i64),
+                    ],
+                )
+                .await
+                .map_err(backend)?;
+            }
+            if !errors.is_empty() {
+                put_locked(&tx, job, errors).await?;
+            }
             tx.execute(
-                "INSERT INTO colball_windows (job, win) \
-                 SELECT $1, generate_series($2::bigint, $3::bigint) ON CONFLICT DO NOTHING",
-                &[
-                    &job,
-                    &((first / w) as i64),
-                    &(((first + n as u64 - 1) / w) as i64),
-                ],
+                "UPDATE colball_jobs SET puzzles = greatest(puzzles, $2), bytes = bytes + $3 \
+                 WHERE seq = $1",
+                &[&job, &((first + n as u64) as i64), &bytes],
             )
             .await
             .map_err(backend)?;
-        }
-        tx.commit().await.map_err(backend)
+            tx.commit().await.map_err(backend)
         })
         .await
     }
@@ -1155,7 +1350,21 @@ impl JobStore for PostgresStore {
     ) -> Result<Vec<Pending>, StoreError> {
         let from = after.map_or(0, |a| a + 1);
         let client = self.client().await?;
-        pending_in(&client, job, from, u64::MAX >> 1, limit).await
+        let Some(row) = client
+            .query_opt("SELECT puzzles FROM colball_jobs WHERE seq = $1", &[&job])
+            .await
+            .map_err(backend)?
+        else {
+            return Ok(Vec::new());
+        };
+        let puzzles = row.get::<_, i64>(0) as u64;
+        let mut out = Vec::new();
+        let mut win = from / WINDOW as u64;
+        while out.len() < limit && win * (WINDOW as u64) < puzzles {
+            out.extend(window_pending(&**client, job, win, from, limit - out.len()).await?);
+            win += 1;
+        }
+        Ok(out)
     }
 
     async fn put_results(
@@ -1206,25 +1415,58 @@ impl JobStore for PostgresStore {
         limit: usize,
         stored_order: bool,
     ) -> Result<Vec<egress::PuzzleResult>, StoreError> {
-        let column = if stored_order { "pos" } else { "idx" };
-        let sql = format!(
-            "SELECT {column}, body FROM colball_results \
-             WHERE job = $1 AND {column} >= $2 AND {column} < $2 + $3 ORDER BY {column}"
-        );
         let client = self.client().await?;
-        let rows = client
-            .query(&sql, &[&job, &(from as i64), &(limit as i64)])
-            .await
-            .map_err(backend)?;
+        let end = from.saturating_add(limit as u64).min(i64::MAX as u64);
+        // What is stored in [from, end) by index or place, as they come.
+        let mut found: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+        if stored_order {
+            // From the group holding place `from` on.
+            let rows = client
+                .query(
+                    "SELECT pos, body FROM colball_result_groups WHERE job = $1 \
+                       AND pos >= coalesce((SELECT max(pos) FROM colball_result_groups \
+                                            WHERE job = $1 AND pos <= $2), 0) \
+                       AND pos < $3 ORDER BY pos",
+                    &[&job, &(from as i64), &(end as i64)],
+                )
+                .await
+                .map_err(backend)?;
+            for r in &rows {
+                let first = r.get::<_, i64>(0) as u64;
+                for (place, (_, bytes)) in (first..).zip(layout::unpack_results(r.get(1))) {
+                    if (from..end).contains(&place) {
+                        found.insert(place, bytes.to_vec());
+                    }
+                }
+            }
+        } else {
+            let w = WINDOW as u64;
+            let rows = client
+                .query(
+                    "SELECT body FROM colball_result_groups WHERE job = $1 \
+                       AND win >= $2 AND win <= $3 AND hi >= $4 AND lo < $5",
+                    &[
+                        &job,
+                        &((from / w) as i64),
+                        &((end.saturating_sub(1) / w) as i64),
+                        &(from as i64),
+                        &(end as i64),
+                    ],
+                )
+                .await
+                .map_err(backend)?;
+            for r in &rows {
+                for (index, bytes) in layout::unpack_results(r.get(0)) {
+                    if (from..end).contains(&index) {
+                        found.insert(index, bytes.to_vec());
+                    }
+                }
+            }
+        }
         // Up to the first missing.
-        Ok(rows
-            .iter()
-            .enumerate()
-            .map_while(|(i, r)| {
-                (r.get::<_, i64>(0) == from as i64 + i as i64)
-                    .then(|| decode(r.get(1)))
-                    .flatten()
-            })
+        Ok((from..)
+            .zip(found)
+            .map_while(|(want, (at, bytes))| (at == want).then(|| decode(&bytes)).flatten())
             .collect())
     }
 
@@ -1235,14 +1477,48 @@ impl JobStore for PostgresStore {
         limit: usize,
     ) -> Result<Vec<egress::PuzzleResult>, StoreError> {
         let client = self.client().await?;
-        let rows = client
-            .query(
-                "SELECT body FROM colball_results WHERE job = $1 AND idx >= $2 ORDER BY idx LIMIT $3",
-                &[&job, &(from as i64), &(limit as i64)],
-            )
-            .await
-            .map_err(backend)?;
-        Ok(rows.iter().map_while(|r| decode(r.get(0))).collect())
+        // Windows `span` at a time from `from`'s, until `limit` are found
+        // or no group is left.
+        let span = (limit / WINDOW + 1) as i64;
+        let mut win = (from / WINDOW as u64) as i64;
+        let mut found: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+        loop {
+            let rows = client
+                .query(
+                    "SELECT body FROM colball_result_groups WHERE job = $1 \
+                       AND win >= $2 AND win < $2 + $3 AND hi >= $4",
+                    &[&job, &win, &span, &(from as i64)],
+                )
+                .await
+                .map_err(backend)?;
+            for r in &rows {
+                for (index, bytes) in layout::unpack_results(r.get(0)) {
+                    if index >= from {
+                        found.insert(index, bytes.to_vec());
+                    }
+                }
+            }
+            if found.len() >= limit {
+                break;
+            }
+            let next: Option<i64> = client
+                .query_one(
+                    "SELECT min(win) FROM colball_result_groups WHERE job = $1 AND win >= $2",
+                    &[&job, &(win + span)],
+                )
+                .await
+                .map_err(backend)?
+                .get(0);
+            match next {
+                Some(next) => win = next,
+                None => break,
+            }
+        }
+        Ok(found
+            .into_values()
+            .take(limit)
+            .map_while(|bytes| decode(&bytes))
+            .collect())
     }
 }
 
@@ -1311,7 +1587,7 @@ impl SharedStore for PostgresStore {
             let before: Option<String> = claimed.get(1);
             let epoch = claimed.get::<_, i64>(2) as u64;
             let from = win * WINDOW as u64;
-            let pending = pending_in(&client, job, from, from + WINDOW as u64, WINDOW).await?;
+            let pending = window_pending(&**client, job, win, from, WINDOW).await?;
             if !pending.is_empty() {
                 return Ok(Claim::Window {
                     win,
@@ -1331,11 +1607,11 @@ impl SharedStore for PostgresStore {
     async fn finish(&self, job: i64, win: u64, epoch: u64) -> Result<bool, StoreError> {
         let client = self.client().await?;
         let sql = format!(
-            "UPDATE colball_windows w SET \
-               done = NOT EXISTS ({WINDOW_PENDING}) AND EXISTS ({WINDOW_UPLOADED}), \
-               holder = CASE WHEN epoch = $3 THEN NULL ELSE holder END, \
-               lease_until = CASE WHEN epoch = $3 THEN NULL ELSE lease_until END \
-             WHERE w.job = $1 AND w.win = $2 AND NOT w.done RETURNING done"
+            "UPDATE colball_windows w SET done = {WINDOW_DONE}, \
+               holder = CASE WHEN w.epoch = $3 THEN NULL ELSE w.holder END, \
+               lease_until = CASE WHEN w.epoch = $3 THEN NULL ELSE w.lease_until END \
+             FROM colball_jobs j \
+             WHERE j.seq = w.job AND w.job = $1 AND w.win = $2 AND NOT w.done RETURNING w.done"
         );
         let done = client
             .query_opt(&sql, &[&job, &(win as i64), &(epoch as i64)])
@@ -1955,5 +2231,220 @@ mod tests {
         drop(stores);
         drop(server);
         outcome.unwrap();
+    }
+
+    /// Writes job `seq` as the row-per-puzzle layout held it: a row per
+    /// puzzle, and a row per result for the indices `solved`, in that
+    /// (stored) order.
+    async fn old_job(
+        client: &tokio_postgres::Client,
+        seq: i64,
+        state: i16,
+        puzzles: &[Entry],
+        solved_in_order: &[u64],
+    ) {
+        client
+            .execute(
+                "INSERT INTO colball_jobs (seq, owner, name, priority, state, puzzles, solved, \
+                   created_ms, fail_fast, any_order, stored, bytes) \
+                 VALUES ($1, 'alice', 'old', 0, $2, $3, $4, 1, false, false, $4, 0)",
+                &[
+                    &seq,
+                    &state,
+                    &(puzzles.len() as i64),
+                    &(solved_in_order.len() as i64),
+                ],
+            )
+            .await
+            .unwrap();
+        let (idx, ids, bytes): (Vec<i64>, Vec<String>, Vec<Vec<u8>>) = puzzles
+            .iter()
+            .enumerate()
+            .map(|(i, e)| match e {
+                Entry::Puzzle { id, puzzle } => (
+                    i as i64,
+                    id.to_string(),
+                    layout::pack_puzzle(puzzle).to_vec(),
+                ),
+                Entry::Invalid(_) => unreachable!("the old jobs here hold puzzles only"),
+            })
+            .collect();
+        client
+            .execute(
+                "INSERT INTO colball_puzzles (job, idx, id, puzzle) \
+                 SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::bytea[])",
+                &[&seq, &idx, &ids, &bytes],
+            )
+            .await
+            .unwrap();
+        let idx: Vec<i64> = solved_in_order.iter().map(|&i| i as i64).collect();
+        let pos: Vec<i64> = (0..idx.len() as i64).collect();
+        let bodies: Vec<Vec<u8>> = solved_in_order
+            .iter()
+            .map(|&i| solved(i).encode_to_vec())
+            .collect();
+        client
+            .execute(
+                "INSERT INTO colball_results (job, idx, pos, body) \
+                 SELECT $1, * FROM unnest($2::bigint[], $3::bigint[], $4::bytea[])",
+                &[&seq, &idx, &pos, &bodies],
+            )
+            .await
+            .unwrap();
+    }
+
+    /// A database of the row-per-puzzle layout (schema 4) holding a job
+    /// half done, one of its windows claimed by a coordinator that is gone,
+    /// and a finished job, is regrouped when a coordinator opens it: the
+    /// half-done job is claimed from where it was and finished, and both
+    /// read back whole, in index and in stored order, from any index.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_database_of_the_row_layout_is_regrouped_and_its_jobs_go_on() {
+        let server = tokio::task::spawn_blocking(TempPostgres::start)
+            .await
+            .unwrap();
+        let url = server.database("old");
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let connection = tokio::spawn(connection);
+        client
+            .batch_execute(&MIGRATIONS[..4].concat())
+            .await
+            .unwrap();
+        client
+            .batch_execute(
+                "CREATE TABLE colball_meta (key text PRIMARY KEY, value text NOT NULL); \
+                 INSERT INTO colball_meta VALUES ('schema_version', '4')",
+            )
+            .await
+            .unwrap();
+        let n = WINDOW + 300;
+        let puzzles = entries(n);
+        // Job 1: window 0 whole, stored out of order; window 1 a third
+        // done, in two runs, and claimed (epoch 1) by a coordinator whose
+        // lease has run out.
+        let w = WINDOW as u64;
+        let mut half: Vec<u64> = (0..w).rev().collect();
+        half.extend((w..w + 50).chain(w + 200..w + 250));
+        old_job(&client, 1, 2, &puzzles, &half).await;
+        client
+            .batch_execute(
+                "INSERT INTO colball_windows (job, win, done) VALUES (1, 0, true); \
+                 INSERT INTO colball_windows (job, win, holder, lease_until, epoch) \
+                   VALUES (1, 1, 'gone', now() - interval '1 minute', 1)",
+            )
+            .await
+            .unwrap();
+        // Job 2: finished (finished jobs had no windows).
+        let all: Vec<u64> = (0..n as u64).collect();
+        old_job(&client, 2, 3, &puzzles, &all).await;
+        client
+            .batch_execute("SELECT setval('colball_jobs_seq_seq', 2)")
+            .await
+            .unwrap();
+        drop(client);
+        connection.await.unwrap().unwrap();
+
+        let s = PostgresStore::connect(&url, None).await.unwrap();
+        let check = |job: i64, results: Vec<egress::PuzzleResult>, want: &[u64]| {
+            let got: Vec<u64> = results.iter().map(|r| r.index).collect();
+            assert_eq!(got, want, "job {job}");
+            for r in &results {
+                assert_eq!(r.id, format!("p{}", r.index), "job {job}");
+            }
+        };
+        // Job 1 reads what it had, up to its first missing index.
+        check(
+            1,
+            s.results(1, 0, usize::MAX, false).await.unwrap(),
+            &all[..w as usize + 50],
+        );
+        check(1, s.results(1, 0, usize::MAX, true).await.unwrap(), &half);
+        check(
+            1,
+            s.results(1, 100, 3, true).await.unwrap(),
+            &half[100..103],
+        );
+        // Its window 1 is taken over at a higher epoch; what is pending is
+        // what had no result.
+        let Claim::Window {
+            win,
+            epoch,
+            pending,
+            took_over,
+        } = s.claim(1, "new", Duration::from_secs(30)).await.unwrap()
+        else {
+            panic!("window 1 is not claimed");
+        };
+        assert_eq!((win, epoch, took_over), (1, 2, true));
+        let missing: Vec<u64> = (w + 50..w + 200).chain(w + 250..n as u64).collect();
+        assert_eq!(pending.iter().map(|p| p.0).collect::<Vec<_>>(), missing);
+        for (index, id, puzzle) in &pending {
+            assert_eq!(*id, format!("p{index}"));
+            let Entry::Puzzle { puzzle: was, .. } = &puzzles[*index as usize] else {
+                unreachable!()
+            };
+            assert_eq!(puzzle, was, "puzzle {index}");
+        }
+        // A stale claim's results are refused; the current one's stored.
+        let write = |fence| {
+            missing
+                .iter()
+                .map(|&i| ToWrite {
+                    fence: Some(fence),
+                    ..ToWrite::unfenced(1, solved(i))
+                })
+                .collect::<Vec<_>>()
+        };
+        let (_, stale) = s.put_results(write(1)).await;
+        assert!(stale.unwrap().iter().all(|new| !new));
+        let (_, fresh) = s.put_results(write(epoch)).await;
+        assert!(fresh.unwrap().iter().all(|new| *new));
+        assert!(s.finish(1, 1, epoch).await.unwrap());
+        assert!(s.complete(1, 2).await.unwrap());
+        let row = s.job(1).await.unwrap().unwrap();
+        assert_eq!((row.state, row.solved), (JobState::Done, n as u64));
+        check(1, s.results(1, 0, usize::MAX, false).await.unwrap(), &all);
+        check(
+            1,
+            s.results(1, w + 40, 20, false).await.unwrap(),
+            &all[w as usize + 40..w as usize + 60],
+        );
+        let stored: Vec<u64> = half.iter().chain(&missing).copied().collect();
+        check(1, s.results(1, 0, usize::MAX, true).await.unwrap(), &stored);
+        check(
+            1,
+            s.results_after(1, w + 10, 5).await.unwrap(),
+            &all[w as usize + 10..w as usize + 15],
+        );
+        // Job 2 whole, and a new job after them.
+        check(2, s.results(2, 0, usize::MAX, false).await.unwrap(), &all);
+        assert_eq!(s.create(new_job("bob")).await.unwrap(), 3);
+        // The old tables are gone, and deleting a job leaves none of it.
+        let client = s.client().await.unwrap();
+        let old: i64 = client
+            .query_one(
+                "SELECT count(*) FROM information_schema.tables \
+                 WHERE table_name IN ('colball_puzzles', 'colball_results')",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(old, 0);
+        s.delete(1).await.unwrap();
+        for table in [
+            "colball_puzzle_blocks",
+            "colball_result_groups",
+            "colball_windows",
+        ] {
+            let left: i64 = client
+                .query_one(&format!("SELECT count(*) FROM {table} WHERE job = 1"), &[])
+                .await
+                .unwrap()
+                .get(0);
+            assert_eq!(left, 0, "{table}");
+        }
     }
 }

@@ -115,6 +115,35 @@ pub fn unpack_indices(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
         .map(|b| u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])))
 }
 
+/// A group of encoded results, packed (the PostgreSQL store's result
+/// groups): for each in order, its index and its length (LEB128) and its
+/// bytes.
+pub fn pack_results<'a>(results: impl IntoIterator<Item = (u64, &'a [u8])>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (index, bytes) in results {
+        put_len(&mut out, index as usize);
+        put_len(&mut out, bytes.len());
+        out.extend_from_slice(bytes);
+    }
+    out
+}
+
+/// A packed group's results in order, each index with its bytes. A
+/// damaged group reads as far as it reads.
+pub fn unpack_results(group: &[u8]) -> impl Iterator<Item = (u64, &[u8])> + '_ {
+    let mut rest = group;
+    std::iter::from_fn(move || {
+        let index = take_len(&mut rest)? as u64;
+        let len = take_len(&mut rest)?;
+        let Some((bytes, after)) = rest.split_at_checked(len) else {
+            rest = &[];
+            return None;
+        };
+        rest = after;
+        Some((index, bytes))
+    })
+}
+
 /// A chunk of entries, packed: its `puzzles` and `ids` columns.
 pub fn pack(entries: &[Entry]) -> (Vec<u8>, Vec<u8>) {
     let mut puzzles = Vec::with_capacity(entries.len() * PUZZLE_BYTES);
@@ -265,6 +294,22 @@ mod tests {
             unpack_indices(&pack_indices(&indices)).collect::<Vec<_>>(),
             indices
         );
+    }
+
+    #[test]
+    fn result_groups_read_back_as_they_were_packed() {
+        let results: Vec<(u64, Vec<u8>)> = [9000u64, 3, 0, 8191, 300]
+            .iter()
+            .map(|&i| (i, vec![i as u8; (i % 200) as usize]))
+            .collect();
+        let group = pack_results(results.iter().map(|(i, b)| (*i, b.as_slice())));
+        let back: Vec<(u64, Vec<u8>)> = unpack_results(&group)
+            .map(|(i, b)| (i, b.to_vec()))
+            .collect();
+        assert_eq!(back, results);
+        // A damaged group loses what follows the damage, nothing more.
+        assert_eq!(unpack_results(&group[..group.len() - 1]).count(), 4);
+        assert_eq!(unpack_results(&[0xff; 3]).count(), 0);
     }
 
     #[test]
