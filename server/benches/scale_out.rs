@@ -24,7 +24,9 @@
 //! 1,024 keys a query, the database's CPU and the wall time an answer,
 //! beside a worker thread's time to solve a 3x3 and a 4x4 puzzle.
 //!
-//! `PARTS` (default `throughput,takeover,cache`) picks the parts.
+//! `PARTS` (default `throughput,takeover,cache`) picks the parts;
+//! `STATEMENTS=N` prints the N statements called most in each throughput
+//! run.
 
 #![allow(clippy::unwrap_used)] // a benchmark: a failed unwrap is a failed run
 
@@ -154,6 +156,12 @@ async fn throughput(
         (after.transactions - before.transactions) / n,
         1e6 * (after.cpu - before.cpu) / n,
     );
+    let top = env("STATEMENTS", 0);
+    if top > 0 {
+        for (calls, rows, query) in db.top(top as i64).await {
+            println!("    {calls} calls, {rows} rows: {query}");
+        }
+    }
     stop.cancel();
 }
 

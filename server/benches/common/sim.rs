@@ -214,6 +214,27 @@ impl Database {
     }
 }
 
+impl Database {
+    /// The `n` statements of the coordinators' called most so far: calls,
+    /// rows, and the statement's first 100 characters.
+    #[allow(dead_code)] // each bench includes this module; not all of them use it
+    pub async fn top(&self, n: i64) -> Vec<(i64, i64, String)> {
+        let client = self.client().await;
+        client
+            .query(
+                "SELECT calls, rows, left(regexp_replace(query, '\\s+', ' ', 'g'), 100) \
+                 FROM pg_stat_statements WHERE query LIKE '%colball_%' AND query NOT LIKE '%pg_stat%' \
+                 ORDER BY calls DESC LIMIT $1",
+                &[&n],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect()
+    }
+}
+
 /// CPU seconds of process `pid`, its reaped children and its live ones
 /// (the postmaster, the backends that ended, and those running).
 pub fn tree_cpu_seconds(pid: u32) -> f64 {

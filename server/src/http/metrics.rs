@@ -476,6 +476,11 @@ impl Collector for JobsCollector {
             read(&s.windows_taken_over),
         )?;
         out.counter(
+            "job_windows_lost",
+            "Windows this coordinator held that another claimed once its lease had run out (results written here for them afterwards were refused)",
+            read(&s.windows_lost),
+        )?;
+        out.counter(
             "job_windows_rescued",
             "Windows whose lease ran out let go by this coordinator as the store's leader",
             read(&s.windows_rescued),

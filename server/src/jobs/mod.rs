@@ -137,6 +137,7 @@ pub struct Jobs {
 pub struct Sharing {
     pub windows_claimed: std::sync::atomic::AtomicU64,
     pub windows_taken_over: std::sync::atomic::AtomicU64,
+    pub windows_lost: std::sync::atomic::AtomicU64,
     pub windows_rescued: std::sync::atomic::AtomicU64,
     pub uploads_rescued: std::sync::atomic::AtomicU64,
 }

@@ -26,7 +26,9 @@ use tokio_util::sync::CancellationToken;
 use super::Jobs;
 use super::keys::KeyHold;
 pub use super::store::WINDOW;
-use super::store::{Claim, JobRow, JobState, Pending, SharedStore, StoreError, ToWrite, Wake};
+use super::store::{
+    Claim, Finished, JobRow, JobState, Pending, SharedStore, StoreError, ToWrite, Wake,
+};
 use crate::coordinator::admission::{Caller, Next, Parsed, Terms};
 use crate::coordinator::events::{self, BatchEvents};
 use crate::error::ServerError;
@@ -122,7 +124,13 @@ impl Windows<'_> {
                     if stored < at {
                         break;
                     }
-                    store.finish(seq, win, epoch).await?;
+                    if store.finish(seq, win, epoch).await? == Finished::Lost {
+                        jobs.sharing.windows_lost.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(
+                            window = win,
+                            "lost a window: its lease ran out (this coordinator was stopped or cut off) and another took it over; what was solved here for it was refused"
+                        );
+                    }
                     ran.pop_front();
                 }
                 let lease = jobs.limits.lease;

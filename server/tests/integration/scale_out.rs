@@ -397,3 +397,82 @@ async fn coordinators_started_together_on_a_fresh_database_all_serve() {
     let job = jobs(&all[2]).await.get(&id).await.unwrap();
     assert_eq!(job.state, v1::JobState::Done as i32, "{}", job.failure);
 }
+
+/// Follows job `id` on `c` to its end: its results, in input order.
+async fn all_results(c: &Coordinator, id: &str) -> Vec<v1::PuzzleResult> {
+    let mut stream = jobs(c).await.results(id, 0, true).await.unwrap();
+    let mut seen = Vec::new();
+    while let Some(r) = stream.next().await {
+        seen.push(r.unwrap());
+    }
+    seen
+}
+
+/// Checks that `seen` is one result per index in input order, each the
+/// in-process answer.
+fn exactly_the_answers(seen: &[v1::PuzzleResult], answers: &[i64]) {
+    assert_eq!(seen.len(), answers.len());
+    for (i, r) in seen.iter().enumerate() {
+        assert_eq!(r.index, i as u64, "in input order, each index once");
+        assert_eq!(moves(r), answers[i], "{}", r.id);
+    }
+}
+
+/// A coordinator frozen (SIGSTOP) past its lease while it holds windows
+/// of a job, with tasks of them out: the other takes them over and
+/// finishes the job. Thawed, the frozen one writes nothing over what was
+/// stored (its results for the windows it lost are refused by their
+/// fence), and it serves new work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_frozen_past_its_lease_changes_nothing_when_thawed_and_serves_again() {
+    const PUZZLES: usize = 4 * 8192;
+    let (_server, flags) = database("frozen").await;
+    let a = coordinator(&flags, &[]);
+    let b = coordinator(&flags, &[]);
+    let bin = Path::new(BIN);
+    let _wa = procs::worker(bin, &a.url, "wa", Stderr::Quiet, &[]);
+    let _wb = procs::worker(bin, &b.url, "wb", Stderr::Quiet, &[]);
+    wait_metric(&a.http, "workers", |n| n == 1).await;
+    wait_metric(&b.http, "workers", |n| n == 1).await;
+    let (puzzles, answers) = mixed(47, PUZZLES, 16);
+    let id = jobs(&b).await.submit(&puzzles, None, "").await.unwrap().id;
+    // A holds a window, some of it out with its worker.
+    wait_metric(&a.http, "in_flight", |n| n > 0).await;
+    assert!(metric(&a.http, "job_windows_claimed_total") >= 1);
+    a.proc.signal("STOP");
+    let frozen = Instant::now();
+    let seen = tokio::time::timeout(Duration::from_secs(120), all_results(&b, &id))
+        .await
+        .expect("B finished the job in 2 minutes");
+    exactly_the_answers(&seen, &answers);
+    let taken = metric(&b.http, "job_windows_taken_over_total")
+        + metric(&b.http, "job_windows_rescued_total");
+    assert!(taken >= 1, "B finished the job without A's windows");
+    let job = jobs(&b).await.get(&id).await.unwrap();
+    assert_eq!(job.state, v1::JobState::Done as i32, "{}", job.failure);
+    assert_eq!((job.solved, job.errors), (PUZZLES as u64, 0));
+    println!(
+        "A frozen {:.1} s; B took over {taken} windows",
+        frozen.elapsed().as_secs_f64()
+    );
+
+    // Thawed, A serves a new job (its worker still with it) ...
+    a.proc.signal("CONT");
+    let (small, small_answers) = mixed(48, 300, 0);
+    let new = jobs(&a).await.submit(&small, None, "").await.unwrap().id;
+    let on_a = tokio::time::timeout(Duration::from_secs(60), all_results(&a, &new))
+        .await
+        .expect("the thawed A served a new job in a minute");
+    exactly_the_answers(&on_a, &small_answers);
+    // ... and what it solved for the windows it lost changed nothing:
+    // read back from it, the first job is what B read, counts and all.
+    let after = all_results(&a, &id).await;
+    assert!(after == seen, "the stored results changed after A thawed");
+    let job = jobs(&a).await.get(&id).await.unwrap();
+    assert_eq!((job.solved, job.errors), (PUZZLES as u64, 0));
+    println!(
+        "A, thawed: {} windows lost, {} results stored for the new job",
+        metric(&a.http, "job_windows_lost_total"),
+        on_a.len()
+    );
+}

@@ -267,6 +267,20 @@ pub enum Claim {
     Done,
 }
 
+/// What became of a window when its holder finished it
+/// ([`SharedStore::finish`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finished {
+    /// Every puzzle of it has a result (or its job is gone).
+    Done,
+    /// Some of it waits for a result or for its upload: let go for anyone
+    /// to claim.
+    LetGo,
+    /// It was claimed again since this claim (its lease had run out): the
+    /// newer claim's results stand, this one's were refused.
+    Lost,
+}
+
 /// A hint that something changed in a shared store, from another
 /// coordinator (PostgreSQL's `NOTIFY`): a job appeared or ended, or
 /// results of job `.0` were stored. Hints may be lost; polling stands
@@ -295,12 +309,12 @@ pub trait SharedStore: Send + Sync {
     /// whose lease ran out, or whose holder died) until `lease` from now.
     async fn claim(&self, job: i64, holder: &str, lease: Duration) -> Result<Claim, StoreError>;
 
-    /// Window `win` of `job` has had its results stored: it is done if no
-    /// puzzle of it waits for a result (and its upload is complete), else
-    /// it is let go for anyone to claim, unless it was claimed again since
-    /// the claim of `epoch` (then the newer claim keeps it). Whether it is
-    /// done.
-    async fn finish(&self, job: i64, win: u64, epoch: u64) -> Result<bool, StoreError>;
+    /// Window `win` of `job` has had its results stored under the claim of
+    /// `epoch`: it is done if no puzzle of it waits for a result (and its
+    /// upload is complete), else it is let go for anyone to claim, unless
+    /// it was claimed again since (then the newer claim keeps it, and this
+    /// one learns it lost the window).
+    async fn finish(&self, job: i64, win: u64, epoch: u64) -> Result<Finished, StoreError>;
 
     /// Lets go of `holder`'s windows of `job` that are not done.
     async fn release(&self, job: i64, holder: &str) -> Result<(), StoreError>;

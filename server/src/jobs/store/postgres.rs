@@ -63,8 +63,8 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::sqlite::layout;
 use super::{
-    Claim, Entry, JobRow, JobState, JobStore, NewJob, Pending, Rescued, SharedStore, StoreError,
-    ToWrite, WINDOW, Wake, Webhook, id_of,
+    Claim, Entry, Finished, JobRow, JobState, JobStore, NewJob, Pending, Rescued, SharedStore,
+    StoreError, ToWrite, WINDOW, Wake, Webhook, id_of,
 };
 
 /// What a job costs beyond its puzzles and results, for the size.
@@ -182,6 +182,12 @@ INSERT INTO colball_windows (job, win, done)
     SELECT seq, generate_series(0, (puzzles - 1) / 8192), state IN (3, 4, 5)
     FROM colball_jobs WHERE puzzles > 0
     ON CONFLICT DO NOTHING;
+DO $$ BEGIN
+    ALTER TABLE colball_result_groups ALTER COLUMN body SET COMPRESSION lz4;
+    ALTER TABLE colball_puzzle_blocks ALTER COLUMN puzzles SET COMPRESSION lz4,
+        ALTER COLUMN ids SET COMPRESSION lz4;
+EXCEPTION WHEN feature_not_supported THEN NULL;
+END $$;
 ",
 ];
 
@@ -1483,35 +1489,30 @@ impl JobStore for PostgresStore {
         let mut win = (from / WINDOW as u64) as i64;
         let mut found: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
         loop {
+            // The groups of the first `span` windows from `win` that have
+            // any result from `from` on.
             let rows = client
                 .query(
-                    "SELECT body FROM colball_result_groups WHERE job = $1 \
-                       AND win >= $2 AND win < $2 + $3 AND hi >= $4",
-                    &[&job, &win, &span, &(from as i64)],
+                    "SELECT win, body FROM colball_result_groups WHERE job = $1 AND hi >= $3 \
+                       AND win IN (SELECT DISTINCT win FROM colball_result_groups \
+                                   WHERE job = $1 AND win >= $2 AND hi >= $3 \
+                                   ORDER BY win LIMIT $4)",
+                    &[&job, &win, &(from as i64), &span],
                 )
                 .await
                 .map_err(backend)?;
+            let mut windows = BTreeSet::new();
             for r in &rows {
-                for (index, bytes) in layout::unpack_results(r.get(0)) {
+                windows.insert(r.get::<_, i64>(0));
+                for (index, bytes) in layout::unpack_results(r.get(1)) {
                     if index >= from {
                         found.insert(index, bytes.to_vec());
                     }
                 }
             }
-            if found.len() >= limit {
-                break;
-            }
-            let next: Option<i64> = client
-                .query_one(
-                    "SELECT min(win) FROM colball_result_groups WHERE job = $1 AND win >= $2",
-                    &[&job, &(win + span)],
-                )
-                .await
-                .map_err(backend)?
-                .get(0);
-            match next {
-                Some(next) => win = next,
-                None => break,
+            match windows.last() {
+                Some(last) if found.len() < limit && windows.len() as i64 == span => win = last + 1,
+                _ => break,
             }
         }
         Ok(found
@@ -1598,27 +1599,35 @@ impl SharedStore for PostgresStore {
             }
             // Nothing to solve in it: done, or (its upload not there yet)
             // let go and waited for.
-            if !self.finish(job, win, epoch).await? {
+            if self.finish(job, win, epoch).await? != Finished::Done {
                 return Ok(Claim::Busy);
             }
         }
     }
 
-    async fn finish(&self, job: i64, win: u64, epoch: u64) -> Result<bool, StoreError> {
+    async fn finish(&self, job: i64, win: u64, epoch: u64) -> Result<Finished, StoreError> {
         let client = self.client().await?;
         let sql = format!(
-            "UPDATE colball_windows w SET done = {WINDOW_DONE}, \
+            "UPDATE colball_windows w SET done = w.done OR {WINDOW_DONE}, \
                holder = CASE WHEN w.epoch = $3 THEN NULL ELSE w.holder END, \
                lease_until = CASE WHEN w.epoch = $3 THEN NULL ELSE w.lease_until END \
              FROM colball_jobs j \
-             WHERE j.seq = w.job AND w.job = $1 AND w.win = $2 AND NOT w.done RETURNING w.done"
+             WHERE j.seq = w.job AND w.job = $1 AND w.win = $2 RETURNING w.done, w.epoch"
         );
-        let done = client
+        let row = client
             .query_opt(&sql, &[&job, &(win as i64), &(epoch as i64)])
             .await
             .map_err(backend)?;
-        // A window done already (by another) is done.
-        Ok(done.is_none_or(|r| r.get(0)))
+        // A window of a job gone is done.
+        Ok(row.map_or(Finished::Done, |r| {
+            if r.get::<_, i64>(1) as u64 != epoch {
+                Finished::Lost
+            } else if r.get(0) {
+                Finished::Done
+            } else {
+                Finished::LetGo
+            }
+        }))
     }
 
     async fn release(&self, job: i64, holder: &str) -> Result<(), StoreError> {
@@ -1817,8 +1826,9 @@ mod tests {
             window(b.claim(job, "b", lease).await.unwrap()),
             (2, 100, false)
         );
-        assert!(
-            !b.finish(job, 2, epoch(&b, job, 2).await).await.unwrap(),
+        assert_eq!(
+            b.finish(job, 2, epoch(&b, job, 2).await).await.unwrap(),
+            Finished::LetGo,
             "not uploaded whole"
         );
         a.seal(job, 1).await.unwrap();
@@ -1834,7 +1844,10 @@ mod tests {
         ));
 
         // Window 0 is finished before its results are in: let go, not done.
-        assert!(!a.finish(job, 0, epoch(&a, job, 0).await).await.unwrap());
+        assert_eq!(
+            a.finish(job, 0, epoch(&a, job, 0).await).await.unwrap(),
+            Finished::LetGo
+        );
         assert_eq!(
             window(b.claim(job, "b", lease).await.unwrap()),
             (0, WINDOW, false)
@@ -1844,7 +1857,10 @@ mod tests {
         };
         put(&a, results(0..WINDOW)).await;
         wake(&mut heard_by_b, Wake::Results(job)).await;
-        assert!(b.finish(job, 0, epoch(&b, job, 0).await).await.unwrap());
+        assert_eq!(
+            b.finish(job, 0, epoch(&b, job, 0).await).await.unwrap(),
+            Finished::Done
+        );
 
         // b renews its leases (windows 1); a lets its own lapse (window 2),
         // and b takes it over.
@@ -1873,7 +1889,7 @@ mod tests {
             .collect();
         let (_, new) = a.put_results(late).await;
         assert!(new.unwrap().iter().all(|new| !new), "a stale write stored");
-        assert!(!a.finish(job, 2, stale).await.unwrap());
+        assert_eq!(a.finish(job, 2, stale).await.unwrap(), Finished::Lost);
         let holder: Option<String> = a
             .client()
             .await
@@ -1890,8 +1906,12 @@ mod tests {
         // Everything stored (some twice): done once.
         put(&b, results(WINDOW..n)).await;
         put(&a, results(WINDOW..n)).await;
-        assert!(b.finish(job, 1, epoch(&b, job, 1).await).await.unwrap());
-        assert!(b.finish(job, 2, epoch(&b, job, 2).await).await.unwrap());
+        for w in [1, 2] {
+            assert_eq!(
+                b.finish(job, w, epoch(&b, job, w).await).await.unwrap(),
+                Finished::Done
+            );
+        }
         assert!(matches!(
             a.claim(job, "a", lease).await.unwrap(),
             Claim::Done
@@ -2161,11 +2181,18 @@ mod tests {
                         Step::Finish(h, w) => {
                             let i = w as usize;
                             if let Some(fence) = model.claimed[h][i] {
-                                let done = s[h].finish(job, w, fence).await.unwrap();
-                                let want = model.done[i] || model.solved[i];
-                                assert_eq!(done, want, "{model:?}");
-                                model.done[i] = want;
-                                if fence == model.epoch[i] || want {
+                                let got = s[h].finish(job, w, fence).await.unwrap();
+                                let done = model.done[i] || model.solved[i];
+                                let want = if fence != model.epoch[i] {
+                                    Finished::Lost
+                                } else if done {
+                                    Finished::Done
+                                } else {
+                                    Finished::LetGo
+                                };
+                                assert_eq!(got, want, "{model:?}");
+                                model.done[i] = done;
+                                if fence == model.epoch[i] || done {
                                     model.holder[i] = None;
                                 }
                             }
@@ -2401,7 +2428,7 @@ mod tests {
         assert!(stale.unwrap().iter().all(|new| !new));
         let (_, fresh) = s.put_results(write(epoch)).await;
         assert!(fresh.unwrap().iter().all(|new| *new));
-        assert!(s.finish(1, 1, epoch).await.unwrap());
+        assert_eq!(s.finish(1, 1, epoch).await.unwrap(), Finished::Done);
         assert!(s.complete(1, 2).await.unwrap());
         let row = s.job(1).await.unwrap().unwrap();
         assert_eq!((row.state, row.solved), (JobState::Done, n as u64));
