@@ -24,7 +24,11 @@
 //! 1,024 keys a query, the database's CPU and the wall time an answer,
 //! beside a worker thread's time to solve a 3x3 and a 4x4 puzzle.
 //!
-//! `PARTS` (default `throughput,takeover,cache`) picks the parts;
+//! **Deleting a big job.** One job of `DELETE_PUZZLES` (default
+//! 2,000,000) puzzles on one coordinator: the database's growth a puzzle,
+//! and how long its deletion takes.
+//!
+//! `PARTS` (default `throughput,takeover,delete,cache`) picks the parts;
 //! `STATEMENTS=N` prints the N statements called most in each throughput
 //! run.
 
@@ -42,6 +46,7 @@ mod common;
 #[path = "common/sim.rs"]
 mod sim;
 use colball_testkit::procs;
+use tokio_stream::StreamExt;
 
 use common::{batch, cpu_seconds, env, server_bin};
 use sim::{Answers, Database, answers, sessions};
@@ -269,11 +274,69 @@ async fn shared_cache_costs(puzzles: &[(String, Puzzle)]) {
     }
 }
 
+/// One job of `DELETE_PUZZLES` (default 2,000,000) puzzles through one
+/// coordinator, followed to its end: what the database grew by a puzzle,
+/// and the time its deletion takes (the client's call, to its answer).
+async fn delete_cost(answers: &Arc<Answers>, puzzles: &[(String, Puzzle)]) {
+    let n = env("DELETE_PUZZLES", 2_000_000);
+    let big: Vec<(String, Puzzle)> = puzzles
+        .iter()
+        .cycle()
+        .take(n)
+        .enumerate()
+        .map(|(i, (_, p))| (format!("q{}", i + 1), *p))
+        .collect();
+    let db = Database::start();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let all = cluster(&db, &[false], env("SESSIONS", 10), answers, &stop, "10").await;
+    let client = db.client().await;
+    let size = async || -> i64 {
+        client
+            .query_one("SELECT pg_database_size('bench')", &[])
+            .await
+            .unwrap()
+            .get(0)
+    };
+    let before = size().await;
+    let mut jobs = Jobs::connect(&all[0].url, &Security::default())
+        .await
+        .unwrap();
+    let id = jobs.submit(&big, None, "").await.unwrap().id;
+    let mut results = jobs.results(&id, 0, true).await.unwrap();
+    let mut got = 0;
+    while let Some(r) = results.next().await {
+        r.unwrap();
+        got += 1;
+    }
+    assert_eq!(got, n);
+    let grown = size().await - before;
+    let began = Instant::now();
+    jobs.delete(&id).await.unwrap();
+    let took = began.elapsed().as_secs_f64();
+    let left: i64 = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM colball_puzzle_blocks) \
+                  + (SELECT count(*) FROM colball_result_groups) \
+                  + (SELECT count(*) FROM colball_windows)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0, "rows of the deleted job left");
+    println!(
+        "\none job of {n} puzzles: the database grew {:.1} bytes a puzzle; deleting it took {took:.3} s",
+        grown as f64 / n as f64
+    );
+    stop.cancel();
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let count = env("PUZZLES", 240_000);
     let rounds = env("ROUNDS", 2).max(1);
-    let parts = std::env::var("PARTS").unwrap_or_else(|_| "throughput,takeover,cache".into());
+    let parts =
+        std::env::var("PARTS").unwrap_or_else(|_| "throughput,takeover,delete,cache".into());
     let counts: Vec<usize> = std::env::var("COORDINATORS")
         .unwrap_or_else(|_| "1,2,3".into())
         .split(',')
@@ -321,6 +384,11 @@ async fn main() {
                 "  round {}: the job done {took:.2} s after the kill",
                 round + 1
             );
+        }
+    }
+    if parts.contains("delete") {
+        for _ in 0..rounds {
+            delete_cost(&answers, &puzzles).await;
         }
     }
     if parts.contains("cache") {

@@ -15,7 +15,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 use super::run::Live;
 use super::store::WINDOW;
 use super::store::{JobRow, JobState};
-use super::writer::coalesce;
+use super::writer::gather;
 use super::{JobError, Jobs};
 
 /// Results ahead of the next one due that a follower keeps from the live
@@ -25,8 +25,9 @@ use super::{JobError, Jobs};
 const EARLY: usize = 2 * WINDOW;
 
 /// Results a follower reads from the store at a time (in order, or in a
-/// scan past gaps).
-const READ: usize = 1024;
+/// scan past gaps): a window's, as a shared store holds them by the window
+/// (a smaller read would decode the same groups again for each part).
+const READ: usize = WINDOW;
 
 /// What a follower of a running job in input order holds beyond the next
 /// result due: results that came ahead of it (from the writer's groups or
@@ -190,7 +191,7 @@ impl Jobs {
                     }
                     continue;
                 }
-                coalesce(caught_up_at).await;
+                gather(caught_up_at).await;
                 let read_at = tokio::time::Instant::now();
                 let batch = match jobs.store.results(seq, next, READ, row.any_order).await {
                     Ok(b) => b,

@@ -12,35 +12,40 @@ use tokio::sync::mpsc;
 use super::store::{StoreError, ToWrite};
 use super::{Jobs, Patience};
 
-/// Results the writer puts in one transaction at most.
-const GROUP: usize = 4096;
-
-/// How long the writer and the followers gather under load: a write (or a
-/// read) less than this after the last one waits for the rest of it, so
-/// results stream through the store in groups instead of one transaction
-/// and one thread hop each. After a pause nothing waits: a lone result is
-/// written and read at once.
+/// How long the followers gather under load: a read less than this after
+/// the last one waits for the rest of it, so results stream through the
+/// store in groups instead of one query and one thread hop each. After a
+/// pause nothing waits: a lone result is read at once. (The writer's pace
+/// is its store's, [`JobStore::write_pace`](super::store::JobStore::write_pace).)
 const COALESCE: Duration = Duration::from_millis(1);
 
-/// Waits, if the last step was less than [`COALESCE`] ago, for the rest of
+/// Waits, if the last step was less than `every` ago, for the rest of
 /// that time.
-pub(super) async fn coalesce(last: Option<tokio::time::Instant>) {
+pub(super) async fn coalesce(last: Option<tokio::time::Instant>, every: Duration) {
     if let Some(at) = last {
-        if at.elapsed() < COALESCE {
-            tokio::time::sleep_until(at + COALESCE).await;
+        if at.elapsed() < every {
+            tokio::time::sleep_until(at + every).await;
         }
     }
+}
+
+/// [`coalesce`] at the followers' pace.
+pub(super) async fn gather(last: Option<tokio::time::Instant>) {
+    coalesce(last, COALESCE).await
 }
 
 impl Jobs {
     /// Writes results in groups until every sender is gone.
     pub(super) async fn write(self: Arc<Self>, mut rx: mpsc::UnboundedReceiver<ToWrite>) {
-        let mut group = Vec::with_capacity(GROUP);
+        // A shared database pays a round trip and its own CPU for each
+        // write: its store gathers longer, in bigger groups.
+        let (most, every) = self.store.write_pace();
+        let mut group = Vec::with_capacity(most);
         let mut last_write = None;
-        while rx.recv_many(&mut group, GROUP).await > 0 {
-            if group.len() < GROUP {
-                coalesce(last_write).await;
-                while group.len() < GROUP {
+        while rx.recv_many(&mut group, most).await > 0 {
+            if group.len() < most {
+                coalesce(last_write, every).await;
+                while group.len() < most {
                     match rx.try_recv() {
                         Ok(item) => group.push(item),
                         Err(_) => break,

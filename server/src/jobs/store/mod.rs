@@ -353,6 +353,13 @@ pub trait JobStore: Send + Sync + std::fmt::Debug + 'static {
     /// Whether the jobs outlive the process.
     fn durable(&self) -> bool;
 
+    /// How the writer groups results for this store under load: at most
+    /// `.0` results a write, and a write less than `.1` after the last one
+    /// waits for the rest of that time (after a pause nothing waits).
+    fn write_pace(&self) -> (usize, Duration) {
+        (4096, Duration::from_millis(1))
+    }
+
     /// The store's interface for several coordinators, if it may be
     /// shared; `None`: its coordinator is its only user, runs every job
     /// itself and leads its maintenance.
