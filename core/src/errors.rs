@@ -34,10 +34,15 @@ impl LossReason {
         !matches!(self, LossReason::Left | LossReason::Shutdown)
     }
 
-    /// Whether the tasks it held count an attempt (a quarantined worker's
-    /// do not: the puzzles did nothing wrong).
+    /// Whether the tasks it held count an attempt. A quarantined worker's
+    /// do not, nor an unresponsive one's (it answered nothing while others
+    /// answered): the puzzles did nothing wrong, and a hung worker that
+    /// registers again and again must not use up their attempts.
     pub(crate) fn counts_attempt(&self) -> bool {
-        !matches!(self, LossReason::Quarantined(_) | LossReason::Shutdown)
+        !matches!(
+            self,
+            LossReason::Quarantined(_) | LossReason::Unresponsive | LossReason::Shutdown
+        )
     }
 }
 

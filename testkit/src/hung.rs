@@ -59,7 +59,7 @@ impl HungWorker {
 
 /// The binary's path: beside the running test's or benchmark's own
 /// (`target/PROFILE/deps/NAME-HASH` -> `target/PROFILE/colball-hung-worker`).
-fn binary() -> PathBuf {
+pub fn binary() -> PathBuf {
     let exe = std::env::current_exe().expect("the running executable's path");
     let profile = exe
         .parent()

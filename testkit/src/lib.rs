@@ -12,6 +12,8 @@
 //!   crate's binary, `colball-hung-worker`).
 //! - [`load`]: the load run (the `load` example and its test), with the
 //!   `load` feature.
+//! - [`nemesis`]: faults at random under a workload, and the checker of
+//!   what its clients were told, with the `nemesis` feature.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test support: a failure is a failed test
 
@@ -19,6 +21,8 @@ mod cluster;
 pub mod hung;
 #[cfg(feature = "load")]
 pub mod load;
+#[cfg(feature = "nemesis")]
+pub mod nemesis;
 pub mod pki;
 pub mod postgres;
 pub mod procs;

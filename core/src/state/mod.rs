@@ -273,6 +273,8 @@ pub struct State {
     wake: Option<Instant>,
     /// When any worker last answered.
     last_answer: Instant,
+    /// The last housekeeping tick.
+    last_tick: Instant,
     /// When the last worker left (or the coordinator started), while none
     /// is registered; and whether any worker ever joined.
     no_workers_since: Option<Instant>,
@@ -344,6 +346,7 @@ impl State {
             next_speculation: now,
             wake: None,
             last_answer: now,
+            last_tick: now,
             no_workers_since: Some(now),
             ever_had_worker: false,
             counters: Counters::default(),

@@ -1513,3 +1513,31 @@ fn a_worker_that_answers_nothing_while_others_do_is_slow_then_stuck() {
     assert_eq!(s.snapshot().counters.workers_stuck, 1);
     s.check_invariants();
 }
+
+#[test]
+fn a_coordinator_that_was_not_running_judges_no_worker_silent_for_it() {
+    let now = Instant::now();
+    let mut s = with_worker(1, now);
+    s.tick(now);
+    // The coordinator was stopped for 10 s (past the 3 s silence
+    // timeout); the worker's heartbeats of that time are still unread.
+    let thawed = now + Duration::from_secs(10);
+    assert!(closed(&s.tick(thawed)).is_empty());
+    // Silent from then on, it is lost as usual.
+    let mut t = thawed;
+    let mut e = Vec::new();
+    while closed(&e).is_empty() {
+        t += Duration::from_millis(500);
+        assert!(t < thawed + Duration::from_secs(5), "never judged silent");
+        e = s.tick(t);
+    }
+    assert!(matches!(closed(&e)[..], [(1, LossReason::Silent)]));
+    assert!(t > thawed + Duration::from_secs(3));
+}
+
+#[test]
+fn an_unresponsive_worker_s_tasks_do_not_use_up_their_attempts() {
+    assert!(!LossReason::Unresponsive.counts_attempt());
+    assert!(LossReason::Disconnected.counts_attempt());
+    assert!(LossReason::Stuck.counts_attempt());
+}

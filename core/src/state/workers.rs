@@ -250,6 +250,15 @@ impl State {
     pub(super) fn tick(&mut self, now: Instant) -> Effects {
         let mut effects = Vec::new();
         let silent = self.limits.silence_timeout;
+        if now.saturating_duration_since(self.last_tick) > silent {
+            // The coordinator itself was not running (stopped, or starved)
+            // for longer than a worker may be silent: what its workers sent
+            // meanwhile is still unread, so none is judged silent by it.
+            for w in self.workers.values_mut() {
+                w.last_seen = w.last_seen.max(now);
+            }
+        }
+        self.last_tick = now;
         let overdue = self.limits.task_timeout;
         let lost: Vec<(u64, LossReason)> = self
             .workers

@@ -43,10 +43,10 @@
 //! counts it, in the jobs' rows: PostgreSQL's own files do not shrink when
 //! rows are deleted.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::str::FromStr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -246,6 +246,8 @@ pub struct PostgresStore {
     holder_key: i32,
     /// Whether its session holds the live lock now: it claims only then.
     alive: Arc<AtomicBool>,
+    /// The windows this process holds, as it last saw them stored.
+    held: Mutex<HashMap<(i64, u64), Seen>>,
     /// Ends the session with the store.
     _session: DropGuard,
 }
@@ -464,6 +466,7 @@ impl PostgresStore {
             holder: super::holder_name(),
             holder_key,
             alive,
+            held: Mutex::default(),
             wakes,
             leading,
             _session: stop.drop_guard(),
@@ -527,6 +530,14 @@ impl PostgresStore {
             .await
             .map_err(backend)?;
         Ok(())
+    }
+
+    /// Forgets the windows held that `which` picks (by job and window).
+    fn forget(&self, which: impl Fn(&(i64, u64)) -> bool) {
+        self.held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|k, _| !which(k));
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
@@ -834,22 +845,27 @@ fn mark(got: &mut Vec<u8>, at: u64) {
 }
 
 /// Up to `limit` puzzles of window `win` of `job`, from index `from` on,
-/// that have no result yet, in index order.
+/// that have no result yet (by `got`, its bitmap, when known), in index
+/// order.
 async fn window_pending(
     client: &impl tokio_postgres::GenericClient,
     job: i64,
     win: u64,
     from: u64,
     limit: usize,
+    got: Option<Vec<u8>>,
 ) -> Result<Vec<Pending>, StoreError> {
-    let got: Vec<u8> = client
-        .query_opt(
-            "SELECT got FROM colball_windows WHERE job = $1 AND win = $2",
-            &[&job, &(win as i64)],
-        )
-        .await
-        .map_err(backend)?
-        .map_or_else(Vec::new, |r| r.get(0));
+    let got: Vec<u8> = match got {
+        Some(got) => got,
+        None => client
+            .query_opt(
+                "SELECT got FROM colball_windows WHERE job = $1 AND win = $2",
+                &[&job, &(win as i64)],
+            )
+            .await
+            .map_err(backend)?
+            .map_or_else(Vec::new, |r| r.get(0)),
+    };
     let first = win * WINDOW as u64;
     let blocks = client
         .query(
@@ -901,6 +917,7 @@ async fn put_locked(
     tx: &deadpool_postgres::Transaction<'_>,
     job: i64,
     results: &[Fenced<'_>],
+    seen: &mut Vec<((i64, u64), Seen)>,
 ) -> Result<Vec<bool>, StoreError> {
     let Some(stored) = tx
         .query_opt(
@@ -960,7 +977,20 @@ async fn put_locked(
     let (mut pos, mut n, mut win, mut lo, mut hi, mut got, mut body) =
         (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
     let mut next = stored;
-    for (w, (_, bits, group)) in windows {
+    for (w, (epoch, bits, group)) in windows {
+        if results
+            .iter()
+            .any(|r| r.0 / WINDOW as u64 == w && r.3 == Some(epoch))
+        {
+            // Its holder's: as it is stored once this commits.
+            seen.push((
+                (job, w),
+                Seen {
+                    epoch,
+                    got: bits.clone(),
+                },
+            ));
+        }
         if group.is_empty() {
             continue;
         }
@@ -1000,6 +1030,142 @@ async fn put_locked(
 
 /// Results of one window as a group holds them: (index, encoded result).
 type Group<'a> = Vec<(u64, &'a [u8])>;
+
+/// A window as its holder last saw it stored: the epoch of its claim and
+/// which indices have a result.
+#[derive(Clone, Debug)]
+struct Seen {
+    epoch: u64,
+    got: Vec<u8>,
+}
+
+/// Stores `results` of job `job` in one statement, if each is fenced by
+/// the claim `held` knows its window by and the windows are stored as
+/// `held` saw them (epoch and bitmap, compared under the rows' locks, the
+/// job's row locked first): a holder writing its own windows. The new
+/// windows are kept in `held`. Whether each was new, or None (nothing
+/// changed) when a window is not as seen: to be written by [`put_locked`].
+async fn put_seen(
+    client: &impl tokio_postgres::GenericClient,
+    held: &Mutex<HashMap<(i64, u64), Seen>>,
+    job: i64,
+    results: &[Fenced<'_>],
+) -> Result<Option<Vec<bool>>, StoreError> {
+    let mut windows: BTreeMap<u64, (Seen, Vec<u8>, Group)> = BTreeMap::new();
+    {
+        let held = held.lock().unwrap_or_else(|e| e.into_inner());
+        for &(index, _, _, fence) in results {
+            let win = index / WINDOW as u64;
+            match held.get(&(job, win)) {
+                Some(seen) if fence == Some(seen.epoch) => {
+                    windows
+                        .entry(win)
+                        .or_insert_with(|| (seen.clone(), seen.got.clone(), Vec::new()));
+                }
+                _ => return Ok(None),
+            }
+        }
+    }
+    let (mut solved, mut errors, mut bytes) = (0i64, 0i64, 0i64);
+    let mut new = Vec::with_capacity(results.len());
+    for &(index, error, encoded, _) in results {
+        let at = index % WINDOW as u64;
+        let (_, got, group) = windows
+            .get_mut(&(index / WINDOW as u64))
+            .expect("seen above");
+        let fresh = !has(got, at);
+        if fresh {
+            mark(got, at);
+            group.push((index, encoded));
+            bytes += encoded.len() as i64 + ROW_BYTES;
+            if error {
+                errors += 1;
+            } else {
+                solved += 1;
+            }
+        }
+        new.push(fresh);
+    }
+    windows.retain(|_, (_, _, group)| !group.is_empty());
+    if windows.is_empty() {
+        // Each is stored already: the bitmap only grows.
+        return Ok(Some(new));
+    }
+    let (mut off, mut n, mut win, mut lo, mut hi, mut body, mut epoch, mut old, mut got) = (
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+    );
+    let mut next = 0i64;
+    for (w, (seen, bits, group)) in &windows {
+        off.push(next);
+        next += group.len() as i64;
+        n.push(group.len() as i32);
+        win.push(*w as i64);
+        lo.push(group.iter().map(|g| g.0).min().unwrap_or(0) as i64);
+        hi.push(group.iter().map(|g| g.0).max().unwrap_or(0) as i64);
+        body.push(layout::pack_results(group.iter().copied()));
+        epoch.push(seen.epoch as i64);
+        old.push(seen.got.clone());
+        got.push(bits.clone());
+    }
+    let ok: bool = client
+        .query_one(
+            "WITH j AS MATERIALIZED ( \
+               SELECT seq, stored FROM colball_jobs WHERE seq = $1 FOR UPDATE), \
+             w AS MATERIALIZED ( \
+               SELECT win, epoch, got FROM colball_windows \
+               WHERE job = $1 AND win = ANY($4) AND EXISTS (SELECT 1 FROM j) \
+               ORDER BY win FOR UPDATE), \
+             ok AS MATERIALIZED ( \
+               SELECT count(*) = cardinality($4::bigint[]) AS ok FROM w \
+               JOIN unnest($4::bigint[], $9::bigint[], $10::bytea[]) AS u(win, epoch, old) \
+                 ON w.win = u.win AND w.epoch = u.epoch AND w.got = u.old), \
+             g AS ( \
+               INSERT INTO colball_result_groups (job, pos, n, win, lo, hi, body) \
+               SELECT $1, j.stored + u.off, u.n, u.win, u.lo, u.hi, u.body FROM j, ok, \
+                 unnest($2::bigint[], $3::int[], $4::bigint[], $5::bigint[], $6::bigint[], \
+                   $7::bytea[]) AS u(off, n, win, lo, hi, body) \
+               WHERE ok.ok), \
+             wu AS ( \
+               UPDATE colball_windows w SET got = u.got, filled = w.filled + u.n \
+               FROM ok, unnest($4::bigint[], $8::bytea[], $3::int[]) AS u(win, got, n) \
+               WHERE ok.ok AND w.job = $1 AND w.win = u.win), \
+             ju AS ( \
+               UPDATE colball_jobs j SET solved = j.solved + $11, errors = j.errors + $12, \
+                 stored = j.stored + $13, bytes = j.bytes + $14 \
+               FROM ok WHERE ok.ok AND j.seq = $1 RETURNING j.seq) \
+             SELECT ok.ok, (SELECT count(pg_notify($15, 'r' || seq)) FROM ju) FROM ok",
+            &[
+                &job, &off, &n, &win, &lo, &hi, &body, &got, &epoch, &old, &solved, &errors, &next,
+                &bytes, &CHANNEL,
+            ],
+        )
+        .await
+        .map_err(backend)?
+        .get(0);
+    let mut held = held.lock().unwrap_or_else(|e| e.into_inner());
+    for (w, (seen, bits, _)) in windows {
+        if ok {
+            held.insert(
+                (job, w),
+                Seen {
+                    epoch: seen.epoch,
+                    got: bits,
+                },
+            );
+        } else {
+            held.remove(&(job, w));
+        }
+    }
+    Ok(ok.then_some(new))
+}
 
 /// Moves the jobs of the row-per-puzzle layout (`colball_puzzles`, a row
 /// per puzzle, and `colball_results`, a row per result) into blocks and
@@ -1203,8 +1369,46 @@ impl JobStore for PostgresStore {
             .collect();
         let error_bytes: i64 = errors.iter().map(|e| e.2.len() as i64 + ROW_BYTES).sum();
         let (starts, ids, puzzles, errors) = (&starts, &ids, &puzzles, &errors);
+        let w = WINDOW as u64;
+        let (win_first, win_last) = (
+            (first / w) as i64,
+            ((first + n as u64).saturating_sub(1) / w) as i64,
+        );
+        let (end, uncapped) = ((first + n as u64) as i64, self.cap.is_none());
         resolving(|| async move {
             let mut client = self.client().await?;
+            if uncapped && n > 0 && errors.is_empty() {
+                // Valid puzzles under no cap: one statement, the job's row
+                // locked first.
+                let found: i64 = client
+                    .query_one(
+                        "WITH j AS MATERIALIZED ( \
+                           SELECT seq FROM colball_jobs WHERE seq = $1 FOR UPDATE), \
+                         b AS ( \
+                           INSERT INTO colball_puzzle_blocks (job, first, puzzles, ids) \
+                           SELECT $1, u.* FROM j, \
+                             unnest($2::bigint[], $3::bytea[], $4::bytea[]) AS u), \
+                         w AS ( \
+                           INSERT INTO colball_windows (job, win) \
+                           SELECT $1, generate_series($5::bigint, $6::bigint) FROM j \
+                           ON CONFLICT DO NOTHING), \
+                         u AS ( \
+                           UPDATE colball_jobs c SET puzzles = greatest(c.puzzles, $7), \
+                             bytes = c.bytes + $8 FROM j WHERE c.seq = j.seq) \
+                         SELECT count(*) FROM j",
+                        &[
+                            &job, starts, puzzles, ids, &win_first, &win_last, &end, &bytes,
+                        ],
+                    )
+                    .await
+                    .map_err(backend)?
+                    .get(0);
+                return if found == 0 {
+                    Err(StoreError::NoSuchJob(job))
+                } else {
+                    Ok(())
+                };
+            }
             let tx = client.transaction().await.map_err(backend)?;
             if tx
                 .query_opt(
@@ -1219,32 +1423,24 @@ impl JobStore for PostgresStore {
             }
             self.room(&tx, bytes + error_bytes).await?;
             if n > 0 {
-                let w = WINDOW as u64;
                 tx.execute(
                     "WITH b AS ( \
                        INSERT INTO colball_puzzle_blocks (job, first, puzzles, ids) \
                        SELECT $1, * FROM unnest($2::bigint[], $3::bytea[], $4::bytea[])) \
                      INSERT INTO colball_windows (job, win) \
                      SELECT $1, generate_series($5::bigint, $6::bigint) ON CONFLICT DO NOTHING",
-                    &[
-                        &job,
-                        starts,
-                        puzzles,
-                        ids,
-                        &((first / w) as i64),
-                        &(((first + n as u64 - 1) / w) as i64),
-                    ],
+                    &[&job, starts, puzzles, ids, &win_first, &win_last],
                 )
                 .await
                 .map_err(backend)?;
             }
             if !errors.is_empty() {
-                put_locked(&tx, job, errors).await?;
+                put_locked(&tx, job, errors, &mut Vec::new()).await?;
             }
             tx.execute(
                 "UPDATE colball_jobs SET puzzles = greatest(puzzles, $2), bytes = bytes + $3 \
                  WHERE seq = $1",
-                &[&job, &((first + n as u64) as i64), &bytes],
+                &[&job, &end, &bytes],
             )
             .await
             .map_err(backend)?;
@@ -1283,6 +1479,7 @@ impl JobStore for PostgresStore {
     }
 
     async fn delete(&self, job: i64) -> Result<(), StoreError> {
+        self.forget(|&(j, _)| j == job);
         self.delete_picked("seq = $1", &[&job], false).await?;
         Ok(())
     }
@@ -1374,7 +1571,7 @@ impl JobStore for PostgresStore {
         let mut out = Vec::new();
         let mut win = from / WINDOW as u64;
         while out.len() < limit && win * (WINDOW as u64) < puzzles {
-            out.extend(window_pending(&**client, job, win, from, limit - out.len()).await?);
+            out.extend(window_pending(&**client, job, win, from, limit - out.len(), None).await?);
             win += 1;
         }
         Ok(out)
@@ -1393,13 +1590,8 @@ impl JobStore for PostgresStore {
             for (at, w) in results.iter().enumerate() {
                 by_job.entry(w.job).or_default().push(at);
             }
-            let mut client = self.client().await?;
-            let tx = client.transaction().await.map_err(backend)?;
-            self.room(&tx, more).await?;
-            let mut new = vec![false; results.len()];
-            for (job, at) in &by_job {
-                let group: Vec<Fenced<'_>> = at
-                    .iter()
+            let fenced = |at: &[usize]| -> Vec<Fenced<'_>> {
+                at.iter()
                     .map(|&i| {
                         let w = &results[i];
                         (
@@ -1409,12 +1601,38 @@ impl JobStore for PostgresStore {
                             w.fence,
                         )
                     })
-                    .collect();
-                for (i, fresh) in at.iter().zip(put_locked(&tx, *job, &group).await?) {
-                    new[*i] = fresh;
+                    .collect()
+            };
+            let mut client = self.client().await?;
+            let mut new = vec![false; results.len()];
+            if self.cap.is_none() {
+                // A holder's own windows, each job in a statement.
+                let mut rest = BTreeMap::new();
+                for (job, at) in by_job {
+                    match put_seen(&**client, &self.held, job, &fenced(&at)).await? {
+                        Some(fresh) => at.iter().zip(fresh).for_each(|(i, f)| new[*i] = f),
+                        None => {
+                            rest.insert(job, at);
+                        }
+                    }
                 }
+                by_job = rest;
+            }
+            if by_job.is_empty() {
+                return Ok(new);
+            }
+            let tx = client.transaction().await.map_err(backend)?;
+            self.room(&tx, more).await?;
+            let mut seen = Vec::new();
+            for (job, at) in &by_job {
+                let fresh = put_locked(&tx, *job, &fenced(at), &mut seen).await?;
+                at.iter().zip(fresh).for_each(|(i, f)| new[*i] = f);
             }
             tx.commit().await.map_err(backend)?;
+            self.held
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend(seen);
             Ok(new)
         };
         let outcome = put.await;
@@ -1550,13 +1768,14 @@ impl SharedStore for PostgresStore {
                UPDATE colball_windows w SET holder = $2, holder_key = $4, epoch = w.epoch + 1, \
                  lease_until = now() + make_interval(secs => $3) \
                FROM free WHERE w.job = $1 AND w.win = free.win \
-               RETURNING w.win, free.holder, w.epoch) \
-             SELECT win, holder, epoch, NULL::boolean, NULL::bigint FROM claimed \
+               RETURNING w.win, free.holder, w.epoch, w.got) \
+             SELECT win, holder, epoch, NULL::boolean, NULL::bigint, got FROM claimed \
              UNION ALL \
              SELECT NULL, NULL, NULL, \
                (SELECT state IN (1, 2) AND solved + errors >= puzzles FROM colball_jobs \
                 WHERE seq = $1), \
-               (SELECT count(*) FROM colball_windows WHERE job = $1 AND NOT done) \
+               (SELECT count(*) FROM colball_windows WHERE job = $1 AND NOT done), \
+               NULL::bytea \
              WHERE NOT EXISTS (SELECT 1 FROM claimed)"
         );
         loop {
@@ -1587,8 +1806,16 @@ impl SharedStore for PostgresStore {
             let win = claimed.get::<_, i64>(0) as u64;
             let before: Option<String> = claimed.get(1);
             let epoch = claimed.get::<_, i64>(2) as u64;
+            let got: Vec<u8> = claimed.get(5);
+            self.held.lock().unwrap_or_else(|e| e.into_inner()).insert(
+                (job, win),
+                Seen {
+                    epoch,
+                    got: got.clone(),
+                },
+            );
             let from = win * WINDOW as u64;
-            let pending = window_pending(&**client, job, win, from, WINDOW).await?;
+            let pending = window_pending(&**client, job, win, from, WINDOW, Some(got)).await?;
             if !pending.is_empty() {
                 return Ok(Claim::Window {
                     win,
@@ -1606,6 +1833,7 @@ impl SharedStore for PostgresStore {
     }
 
     async fn finish(&self, job: i64, win: u64, epoch: u64) -> Result<Finished, StoreError> {
+        self.forget(|&(j, w)| (j, w) == (job, win));
         let client = self.client().await?;
         let sql = format!(
             "UPDATE colball_windows w SET done = w.done OR {WINDOW_DONE}, \
@@ -1631,6 +1859,7 @@ impl SharedStore for PostgresStore {
     }
 
     async fn release(&self, job: i64, holder: &str) -> Result<(), StoreError> {
+        self.forget(|&(j, _)| j == job);
         let sql = ordered(
             "holder = NULL, lease_until = NULL",
             "job = $1 AND holder = $2 AND NOT done",
