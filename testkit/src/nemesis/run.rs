@@ -818,8 +818,15 @@ pub async fn run(bin: Binaries, seed: u64, length: Duration) -> Ran {
         })
         .collect();
     // The nemesis.
+    // The schedule's quiet times add up to `length`; faults take time of
+    // their own, so the run ends at `length` of wall time, wherever it is
+    // in the schedule.
+    let began = Instant::now();
     let mut faults = Vec::new();
     for step in schedule(seed, length, LEASE) {
+        if began.elapsed() + step.after >= length {
+            break;
+        }
         tokio::time::sleep(step.after).await;
         let what = step.fault.to_string();
         history.record(Event::Fault(what.clone()));
