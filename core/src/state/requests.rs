@@ -215,11 +215,14 @@ impl State {
             .collect();
         let ever = self.ever_had_worker;
         for id in waiting {
-            self.fail_request(
-                id,
-                RequestFailure::NoWorkers(NoWorkers { waited, ever }),
-                effects,
-            );
+            // A follower's request may have failed with its leader's.
+            if self.requests.get(&id).is_some_and(|r| r.solving()) {
+                self.fail_request(
+                    id,
+                    RequestFailure::NoWorkers(NoWorkers { waited, ever }),
+                    effects,
+                );
+            }
         }
     }
 
@@ -232,26 +235,30 @@ impl State {
         let leads = r.solving();
         r.phase = Phase::Failed;
         let (queued, running) = self.close_tasks(id, leads);
+        let mut also = Vec::new();
         for t in queued.into_iter().chain(running) {
             if let Some(task) = self.take(t, effects) {
                 if let TaskState::Assigned { worker } = task.state {
                     self.withdraw(worker.get(), t, effects);
                 }
-                // Followers in other requests lose their leader: they fail
-                // with it (their requests have no worker either).
-                for f in task.followers {
-                    if f.request != id {
-                        let message = format!("puzzle {:?}: {failure}", f.id);
-                        let result = egress::PuzzleResult::failed(f.id, f.index.into(), message);
-                        self.deliver(f.request, result, effects);
-                    }
-                }
+                // Followers in other requests lose their leader: their
+                // requests fail with it, for the same reason (no worker,
+                // or shutting down), rather than take an error result for
+                // the puzzle: a job's window retries a failed request.
+                also.extend(task.followers.iter().map(|f| f.request));
             }
         }
         effects.push(Effect::Fail {
             request: id,
-            failure,
+            failure: failure.clone(),
         });
+        also.sort_unstable();
+        also.dedup();
+        for other in also {
+            if other != id && self.requests.get(&other).is_some_and(|r| r.solving()) {
+                self.fail_request(other, failure.clone(), effects);
+            }
+        }
     }
 
     /// Sends an error result for the task and for each of its followers;

@@ -1541,3 +1541,30 @@ fn an_unresponsive_worker_s_tasks_do_not_use_up_their_attempts() {
     assert!(LossReason::Disconnected.counts_attempt());
     assert!(LossReason::Stuck.counts_attempt());
 }
+
+#[test]
+fn without_workers_a_follower_s_request_fails_too_and_gets_no_error_result() {
+    let now = Instant::now();
+    let mut s = State::new(limits(), now);
+    // The same puzzles twice: the second request follows the first's tasks.
+    s.admit(10, spec("a", Priority::Normal, 2), tasks(2), now)
+        .unwrap();
+    s.admit(11, spec("b", Priority::Normal, 2), tasks(2), now)
+        .unwrap();
+    let e = s.tick(now + Duration::from_secs(11));
+    let mut failed: Vec<u64> = e
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Fail { request, .. } => Some(*request),
+            _ => None,
+        })
+        .collect();
+    // Each once, in whichever order the books give them.
+    failed.sort_unstable();
+    assert_eq!(failed, [10, 11], "{e:?}");
+    assert!(
+        delivered(&e).is_empty(),
+        "no puzzle got an error result: {e:?}"
+    );
+    s.check_invariants();
+}

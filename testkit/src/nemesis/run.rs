@@ -627,7 +627,10 @@ impl Work {
                             if let Some(moves) = v["moves"].as_i64() {
                                 record(next, Ok(moves));
                             } else if v.get("id").is_some() {
-                                record(next, Err(v["error"].to_string()));
+                                let error = v["error"]
+                                    .as_str()
+                                    .map_or_else(|| v["error"].to_string(), String::from);
+                                record(next, Err(error));
                             } else {
                                 broke(v["error"].to_string());
                                 return next;
