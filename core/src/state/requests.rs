@@ -215,26 +215,24 @@ impl State {
             .collect();
         let ever = self.ever_had_worker;
         for id in waiting {
-            // A follower's request may have failed with its leader's.
-            if self.requests.get(&id).is_some_and(|r| r.solving()) {
-                self.fail_request(
-                    id,
-                    RequestFailure::NoWorkers(NoWorkers { waited, ever }),
-                    effects,
-                );
-            }
+            self.fail_request(
+                id,
+                RequestFailure::NoWorkers(NoWorkers { waited, ever }),
+                effects,
+            );
         }
     }
 
     /// Drops a request's unanswered work and ends its stream with
     /// `failure`; the request itself stays until its stream ends.
     fn fail_request(&mut self, id: u64, failure: RequestFailure, effects: &mut Effects) {
-        let Some(r) = self.requests.get_mut(&id) else {
+        // Only a request still solving (a follower's may have failed with
+        // its leader's already).
+        let Some(r) = self.requests.get_mut(&id).filter(|r| r.solving()) else {
             return;
         };
-        let leads = r.solving();
         r.phase = Phase::Failed;
-        let (queued, running) = self.close_tasks(id, leads);
+        let (queued, running) = self.close_tasks(id, true);
         let mut also = Vec::new();
         for t in queued.into_iter().chain(running) {
             if let Some(task) = self.take(t, effects) {
@@ -255,9 +253,7 @@ impl State {
         also.sort_unstable();
         also.dedup();
         for other in also {
-            if other != id && self.requests.get(&other).is_some_and(|r| r.solving()) {
-                self.fail_request(other, failure.clone(), effects);
-            }
+            self.fail_request(other, failure.clone(), effects);
         }
     }
 

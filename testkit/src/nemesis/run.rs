@@ -273,19 +273,30 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A process that is restarted whenever it exits (a coordinator it dials
-/// ended its session, or was not there), until the run ends.
+/// The untrusted worker `bin` (testkit's hung worker) named `name`
+/// dialling `url` with `args`, started again whenever it exits (a
+/// coordinator it dials ended its session, or was not there), until the
+/// run ends; how many times it was started.
 fn keep_running(
+    bin: &Path,
+    url: String,
     name: &'static str,
-    mut start: impl FnMut() -> std::io::Result<std::process::Child> + Send + 'static,
+    args: &'static [&'static str],
     running: Arc<AtomicBool>,
 ) -> tokio::task::JoinHandle<usize> {
+    let bin = bin.to_path_buf();
     tokio::spawn(async move {
         let mut starts = 0;
         // Refused at once (quarantined), it waits longer each time.
         let mut pause = Duration::from_millis(200);
         while running.load(Ordering::Relaxed) {
-            let Ok(child) = start() else {
+            let Ok(child) = std::process::Command::new(&bin)
+                .args([url.as_str(), "--name", name])
+                .args(args)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+            else {
                 panic!("cannot start the {name} worker");
             };
             starts += 1;
@@ -770,34 +781,20 @@ pub async fn run(bin: Binaries, seed: u64, length: Duration) -> Ran {
     let history = Arc::new(History::default());
     let running = Arc::new(AtomicBool::new(true));
     // The untrusted: a liar on one coordinator, a hung worker on another.
-    let liar = {
-        let (bin, url) = (bin.untrusted.clone(), cluster.url(1));
-        keep_running(
-            "lying",
-            move || {
-                std::process::Command::new(&bin)
-                    .args([&url, "--name", "liar", "--slots", "2", "--lie"])
-                    .stdout(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::null())
-                    .spawn()
-            },
-            running.clone(),
-        )
-    };
-    let hung = {
-        let (bin, url) = (bin.untrusted.clone(), cluster.url(2));
-        keep_running(
-            "hung",
-            move || {
-                std::process::Command::new(&bin)
-                    .args([&url, "--name", "hung", "--slots", "1"])
-                    .stdout(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::null())
-                    .spawn()
-            },
-            running.clone(),
-        )
-    };
+    let liar = keep_running(
+        &bin.untrusted,
+        cluster.url(1),
+        "liar",
+        &["--slots", "2", "--lie"],
+        running.clone(),
+    );
+    let hung = keep_running(
+        &bin.untrusted,
+        cluster.url(2),
+        "hung",
+        &["--slots", "1"],
+        running.clone(),
+    );
     let work = Arc::new(Work {
         cluster: cluster.clone(),
         history: history.clone(),
@@ -880,7 +877,7 @@ async fn read_back(
         };
         let state = job_state(&mut jobs, id).await;
         if state == State::Cancelled {
-            cancelled.push(*job);
+            cancelled.push((*job, id.clone()));
         }
         if state == State::Done {
             finished.push(*job);
@@ -927,14 +924,9 @@ async fn read_back(
         {
             while stream.next().await.is_some() {}
         }
-        for job in cancelled {
-            let id = records.iter().find_map(|r| match &r.event {
-                Event::Submitted { job: j, id, .. } if *j == job => Some(id.clone()),
-                _ => None,
-            });
-            if let (Some(id), Some(s)) = (id, stored.get_mut(&job)) {
-                let count = jobs.get(&id).await.map_or(0, |j| j.solved + j.errors);
-                s.counts.1 = count;
+        for (job, id) in cancelled {
+            if let Some(s) = stored.get_mut(&job) {
+                s.counts.1 = jobs.get(&id).await.map_or(0, |j| j.solved + j.errors);
             }
         }
     }

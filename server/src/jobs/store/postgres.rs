@@ -951,12 +951,17 @@ async fn put_locked(
             (win, (r.get::<_, i64>(1) as u64, r.get(2), Vec::new()))
         })
         .collect();
-    let (mut solved, mut errors, mut bytes) = (0i64, 0i64, 0i64);
+    let mut counts = Counts::default();
     let mut new = Vec::with_capacity(results.len());
+    // The windows this write's holder fences (its own claims).
+    let mut own = BTreeSet::new();
     for &(index, error, encoded, fence) in results {
         let win = index / WINDOW as u64;
         let at = index % WINDOW as u64;
         let fresh = windows.get_mut(&win).is_some_and(|(epoch, got, group)| {
+            if fence == Some(*epoch) {
+                own.insert(win);
+            }
             let fresh = fence.is_none_or(|f| f == *epoch) && !has(got, at);
             if fresh {
                 mark(got, at);
@@ -966,22 +971,13 @@ async fn put_locked(
         });
         new.push(fresh);
         if fresh {
-            bytes += encoded.len() as i64 + ROW_BYTES;
-            if error {
-                errors += 1;
-            } else {
-                solved += 1;
-            }
+            counts.add(error, encoded);
         }
     }
-    let (mut pos, mut n, mut win, mut lo, mut hi, mut got, mut body) =
-        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    let mut rows = GroupRows::default();
     let mut next = stored;
     for (w, (epoch, bits, group)) in windows {
-        if results
-            .iter()
-            .any(|r| r.0 / WINDOW as u64 == w && r.3 == Some(epoch))
-        {
+        if own.contains(&w) {
             // Its holder's: as it is stored once this commits.
             seen.push((
                 (job, w),
@@ -991,18 +987,24 @@ async fn put_locked(
                 },
             ));
         }
-        if group.is_empty() {
-            continue;
+        if !group.is_empty() {
+            next = rows.push(next, w, bits, &group);
         }
-        pos.push(next);
-        next += group.len() as i64;
-        n.push(group.len() as i32);
-        win.push(w as i64);
-        lo.push(group.iter().map(|g| g.0).min().unwrap_or(0) as i64);
-        hi.push(group.iter().map(|g| g.0).max().unwrap_or(0) as i64);
-        got.push(bits);
-        body.push(layout::pack_results(group));
     }
+    let Counts {
+        solved,
+        errors,
+        bytes,
+    } = counts;
+    let GroupRows {
+        pos,
+        n,
+        win,
+        lo,
+        hi,
+        got,
+        body,
+    } = rows;
     if !pos.is_empty() {
         tx.execute(
             "WITH g AS ( \
@@ -1030,6 +1032,55 @@ async fn put_locked(
 
 /// Results of one window as a group holds them: (index, encoded result).
 type Group<'a> = Vec<(u64, &'a [u8])>;
+
+/// What a write adds to its job's counts.
+#[derive(Default)]
+struct Counts {
+    solved: i64,
+    errors: i64,
+    bytes: i64,
+}
+
+impl Counts {
+    fn add(&mut self, error: bool, encoded: &[u8]) {
+        self.bytes += encoded.len() as i64 + ROW_BYTES;
+        if error {
+            self.errors += 1;
+        } else {
+            self.solved += 1;
+        }
+    }
+}
+
+/// The result groups a write adds, as the arrays its statement takes
+/// (`colball_result_groups` columns, and each window's new bitmap).
+#[derive(Default)]
+struct GroupRows {
+    pos: Vec<i64>,
+    n: Vec<i32>,
+    win: Vec<i64>,
+    lo: Vec<i64>,
+    hi: Vec<i64>,
+    got: Vec<Vec<u8>>,
+    body: Vec<Vec<u8>>,
+}
+
+impl GroupRows {
+    /// Adds window `w`'s `group` (not empty) at position `pos`, its bitmap
+    /// becoming `got`; the position after it.
+    fn push(&mut self, pos: i64, w: u64, got: Vec<u8>, group: &Group) -> i64 {
+        self.pos.push(pos);
+        self.n.push(group.len() as i32);
+        self.win.push(w as i64);
+        self.lo
+            .push(group.iter().map(|g| g.0).min().unwrap_or(0) as i64);
+        self.hi
+            .push(group.iter().map(|g| g.0).max().unwrap_or(0) as i64);
+        self.got.push(got);
+        self.body.push(layout::pack_results(group.iter().copied()));
+        pos + group.len() as i64
+    }
+}
 
 /// A window as its holder last saw it stored: the epoch of its claim and
 /// which indices have a result.
@@ -1066,7 +1117,7 @@ async fn put_seen(
             }
         }
     }
-    let (mut solved, mut errors, mut bytes) = (0i64, 0i64, 0i64);
+    let mut counts = Counts::default();
     let mut new = Vec::with_capacity(results.len());
     for &(index, error, encoded, _) in results {
         let at = index % WINDOW as u64;
@@ -1077,12 +1128,7 @@ async fn put_seen(
         if fresh {
             mark(got, at);
             group.push((index, encoded));
-            bytes += encoded.len() as i64 + ROW_BYTES;
-            if error {
-                errors += 1;
-            } else {
-                solved += 1;
-            }
+            counts.add(error, encoded);
         }
         new.push(fresh);
     }
@@ -1091,30 +1137,28 @@ async fn put_seen(
         // Each is stored already: the bitmap only grows.
         return Ok(Some(new));
     }
-    let (mut off, mut n, mut win, mut lo, mut hi, mut body, mut epoch, mut old, mut got) = (
-        vec![],
-        vec![],
-        vec![],
-        vec![],
-        vec![],
-        vec![],
-        vec![],
-        vec![],
-        vec![],
-    );
-    let mut next = 0i64;
+    // Positions from the job's stored count, which the statement adds.
+    let (mut rows, mut next) = (GroupRows::default(), 0i64);
+    let (mut epoch, mut old) = (vec![], vec![]);
     for (w, (seen, bits, group)) in &windows {
-        off.push(next);
-        next += group.len() as i64;
-        n.push(group.len() as i32);
-        win.push(*w as i64);
-        lo.push(group.iter().map(|g| g.0).min().unwrap_or(0) as i64);
-        hi.push(group.iter().map(|g| g.0).max().unwrap_or(0) as i64);
-        body.push(layout::pack_results(group.iter().copied()));
+        next = rows.push(next, *w, bits.clone(), group);
         epoch.push(seen.epoch as i64);
         old.push(seen.got.clone());
-        got.push(bits.clone());
     }
+    let Counts {
+        solved,
+        errors,
+        bytes,
+    } = counts;
+    let GroupRows {
+        pos: off,
+        n,
+        win,
+        lo,
+        hi,
+        got,
+        body,
+    } = rows;
     let ok: bool = client
         .query_one(
             "WITH j AS MATERIALIZED ( \
