@@ -120,21 +120,26 @@ impl Windows<'_> {
                 })
             }
             Windows::Shared { store, ran } => {
-                while let Some(&(win, epoch, at)) = ran.front() {
-                    if stored < at {
-                        break;
-                    }
-                    if store.finish(seq, win, epoch).await? == Finished::Lost {
+                let finishing: Vec<(u64, u64)> = ran
+                    .iter()
+                    .take_while(|&&(_, _, at)| stored >= at)
+                    .map(|&(win, epoch, _)| (win, epoch))
+                    .collect();
+                let lease = jobs.limits.lease;
+                let (claim, finished) = store
+                    .finish_and_claim(seq, store.holder(), lease, &finishing)
+                    .await?;
+                ran.drain(..finishing.len());
+                for (win, how) in finished {
+                    if how == Finished::Lost {
                         jobs.sharing.windows_lost.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(
                             window = win,
                             "lost a window: its lease ran out (this coordinator was stopped or cut off) and another took it over; what was solved here for it was refused"
                         );
                     }
-                    ran.pop_front();
                 }
-                let lease = jobs.limits.lease;
-                Ok(match store.claim(seq, store.holder(), lease).await? {
+                Ok(match claim {
                     Claim::Window {
                         win,
                         epoch,
@@ -155,6 +160,15 @@ impl Windows<'_> {
                     Claim::Busy => Step::Busy,
                 })
             }
+        }
+    }
+
+    /// The count of this run's stored results at which the first of its
+    /// windows not finished yet can be (on a shared store).
+    fn due(&self) -> Option<u64> {
+        match self {
+            Windows::Local { .. } => None,
+            Windows::Shared { ran, .. } => ran.front().map(|&(_, _, at)| at),
         }
     }
 
@@ -326,35 +340,30 @@ impl Jobs {
                     tracing::warn!(error = %e, "cannot renew this coordinator's leases");
                 }
             }
-            if let Err(e) = self.sync(shared).await {
+            if let Err(e) = self.sync().await {
                 tracing::debug!(error = %e, "cannot look for jobs begun or ended elsewhere");
             }
         }
     }
 
     /// Starts a run of each unfinished job not running here, and stops the
-    /// runs of jobs finished or deleted (by another coordinator).
-    async fn sync(self: &Arc<Self>, shared: &dyn SharedStore) -> Result<(), StoreError> {
-        for row in self.store.unfinished().await? {
-            self.take_up(row);
-        }
-        // Runs of sealed jobs (a job being uploaded here is not stopped).
+    /// runs of jobs finished or deleted (by another coordinator): one read
+    /// of the unfinished jobs.
+    async fn sync(self: &Arc<Self>) -> Result<(), StoreError> {
+        // Runs of sealed jobs (a job being uploaded here is not stopped),
+        // taken before the read: a job is sealed in the store before its
+        // run is told, so each of these was unfinished in the store then.
         let running: Vec<i64> = self
             .runs
             .iter()
             .filter(|r| r.upload.borrow().sealed)
             .map(|r| *r.key())
             .collect();
-        if running.is_empty() {
-            return Ok(());
+        let mut live = HashSet::new();
+        for row in self.store.unfinished().await? {
+            live.insert(row.seq);
+            self.take_up(row);
         }
-        let live: HashSet<i64> = shared
-            .states(&running)
-            .await?
-            .into_iter()
-            .filter(|(_, state)| !state.finished())
-            .map(|(seq, _)| seq)
-            .collect();
         for seq in running.into_iter().filter(|s| !live.contains(s)) {
             self.stop(seq);
         }
@@ -446,13 +455,11 @@ impl Jobs {
         windows: &mut Windows<'_>,
     ) -> String {
         let seq = row.seq;
-        let Some((mut stored, mut upload, mut elsewhere)) = self.runs.get(&seq).map(|r| {
-            (
-                r.stored.subscribe(),
-                r.upload.subscribe(),
-                r.elsewhere.subscribe(),
-            )
-        }) else {
+        let Some((mut stored, mut upload)) = self
+            .runs
+            .get(&seq)
+            .map(|r| (r.stored.subscribe(), r.upload.subscribe()))
+        else {
             return STOPPED.into();
         };
         let mut workers = self.scheduler.workers.subscribe();
@@ -523,11 +530,12 @@ impl Jobs {
                 }
                 Step::Busy => {
                     // The rest is held elsewhere (or is ours, its results
-                    // not stored yet): look again when something moves.
-                    elsewhere.borrow_and_update();
+                    // not stored yet): look again when the first of ours
+                    // can be finished, when more is uploaded, or after a
+                    // tick (a holder may have died or let go meanwhile).
+                    let due = windows.due();
                     tokio::select! {
-                        _ = stored.changed() => {}
-                        _ = elsewhere.changed() => {}
+                        _ = stored.wait_for(|n| due.is_some_and(|d| *n >= d)) => {}
                         _ = upload.changed() => {}
                         () = tokio::time::sleep(SHARE_TICK) => {}
                         () = cancel.cancelled() => return STOPPED.into(),

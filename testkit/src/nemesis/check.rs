@@ -384,16 +384,23 @@ fn around(records: &[Record], job: usize) -> Vec<Record> {
         .filter(|(_, r)| r.event.job() == Some(job))
         .map(|(i, _)| i)
         .collect();
-    let last: Vec<usize> = mine.iter().rev().take(12).rev().copied().collect();
-    let Some(&first) = last.first() else {
+    // Its first events (how it began) and its last (how it ended), with
+    // the faults from its first on.
+    let shown: Vec<usize> = mine
+        .iter()
+        .take(6)
+        .chain(mine.iter().rev().take(12))
+        .copied()
+        .collect();
+    let (Some(&first), Some(&last)) = (mine.first(), mine.last()) else {
         return Vec::new();
     };
     records
         .iter()
         .enumerate()
-        .skip(first.saturating_sub(1))
-        .filter(|(i, r)| last.contains(i) || (r.event.job().is_none() && *i >= first))
-        .filter(|(i, _)| *i <= *last.last().unwrap_or(&first))
+        .take(last + 1)
+        .skip(first)
+        .filter(|(i, r)| shown.contains(i) || r.event.job().is_none())
         .map(|(_, r)| r.clone())
         .collect()
 }

@@ -26,7 +26,7 @@ pub mod schedule;
 
 use std::time::Duration;
 
-pub use run::{Binaries, LEASE};
+pub use run::{Binaries, LEASE, Sabotage};
 
 /// A run that kept every guarantee.
 #[derive(Debug)]
@@ -65,8 +65,19 @@ impl std::fmt::Display for Failed {
 
 /// Runs seed `seed` for `length` of faults and checks it.
 pub async fn nemesis(bin: Binaries, seed: u64, length: Duration) -> Result<Passed, Failed> {
+    sabotaged(bin, seed, length, Sabotage::None).await
+}
+
+/// [`nemesis`] with `sabotage` done to the store (a test of the checker:
+/// a sabotaged run must fail).
+pub async fn sabotaged(
+    bin: Binaries,
+    seed: u64,
+    length: Duration,
+    sabotage: Sabotage,
+) -> Result<Passed, Failed> {
     println!("nemesis seed {seed}: {length:?} of faults");
-    let ran = run::run(bin, seed, length).await;
+    let ran = run::run(bin, seed, length, sabotage).await;
     match check::check(&ran.records, &ran.answers, &ran.stored) {
         Ok(summary) => Ok(Passed {
             seed,

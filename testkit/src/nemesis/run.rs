@@ -238,6 +238,31 @@ impl Cluster {
         Ok(client)
     }
 
+    /// Deletes the first result group of the first finished job that a
+    /// client was told of; which job, if any.
+    async fn lose_results(&self, records: &[super::check::Record]) -> Option<i64> {
+        let told: Vec<i64> = records
+            .iter()
+            .filter_map(|r| match &r.event {
+                Event::Submitted { id, .. } => seq_of(id),
+                _ => None,
+            })
+            .collect();
+        let db = self.direct().await.ok()?;
+        let row = db
+            .query_opt(
+                "DELETE FROM colball_result_groups WHERE (job, pos) IN ( \
+                   SELECT g.job, g.pos FROM colball_result_groups g \
+                   JOIN colball_jobs j ON j.seq = g.job \
+                   WHERE g.job = ANY($1) AND j.state = 3 ORDER BY g.job, g.pos LIMIT 1) \
+                 RETURNING job",
+                &[&told],
+            )
+            .await
+            .ok()??;
+        Some(row.get(0))
+    }
+
     /// Starts again whatever has exited on its own; says what.
     async fn heal(&self) -> Vec<String> {
         let mut exited = Vec::new();
@@ -665,13 +690,22 @@ impl Work {
 
     /// Cancels (or deletes) job `job` until acknowledged or the deadline.
     async fn end(&self, job: usize, id: &str, delete: bool, rng: &mut StdRng) -> bool {
+        // Whether an earlier try may have deleted the job: its answer was
+        // lost (a coordinator killed, the database cut after the commit).
+        let mut maybe_deleted = false;
         while Instant::now() < self.deadline() {
             let on = rng.random_range(0..COORDINATORS);
+            // Err(true, _): the job was not found.
             let outcome = if rng.random_bool(0.5) {
+                let not_found = |e: colball_client::remote::ClientError| {
+                    let gone = matches!(&e, colball_client::remote::ClientError::Status(s)
+                        if s.code() == tonic::Code::NotFound);
+                    (gone, e.to_string())
+                };
                 match Jobs::connect(&self.cluster.url(on), &Security::default()).await {
-                    Ok(mut jobs) if delete => jobs.delete(id).await.map_err(|e| e.to_string()),
-                    Ok(mut jobs) => jobs.cancel(id).await.map(|_| ()).map_err(|e| e.to_string()),
-                    Err(e) => Err(e.to_string()),
+                    Ok(mut jobs) if delete => jobs.delete(id).await.map_err(not_found),
+                    Ok(mut jobs) => jobs.cancel(id).await.map(|_| ()).map_err(not_found),
+                    Err(e) => Err((false, e.to_string())),
                 }
             } else {
                 let (method, path) = if delete {
@@ -681,8 +715,8 @@ impl Work {
                 };
                 match call(self.cluster.http(on), method, &path, b"").await {
                     Ok((200 | 204, _)) => Ok(()),
-                    Ok((code, text)) => Err(format!("{code}: {text}")),
-                    Err(e) => Err(e),
+                    Ok((code, text)) => Err((code == 404, format!("{code}: {text}"))),
+                    Err(e) => Err((false, e)),
                 }
             };
             match outcome {
@@ -694,7 +728,13 @@ impl Work {
                     });
                     return true;
                 }
-                Err(what) => {
+                // An earlier try's delete went through, its answer lost.
+                Err((true, _)) if delete && maybe_deleted => {
+                    self.history.record(Event::Deleted { job });
+                    return true;
+                }
+                Err((gone, what)) => {
+                    maybe_deleted |= !gone;
                     self.history.record(Event::Refused { job, what });
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
@@ -764,9 +804,18 @@ fn grpc_answer(r: &v1::PuzzleResult) -> Result<i64, String> {
     }
 }
 
+/// What a run does to the store behind the cluster's back, to test the
+/// checker: nothing, or, once the clients are done, one result group of
+/// a finished job deleted (results a client may have read, lost).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sabotage {
+    None,
+    LoseResults,
+}
+
 /// Runs the workload under the faults of `seed` for `length`, then reads
 /// back what is stored.
-pub async fn run(bin: Binaries, seed: u64, length: Duration) -> Ran {
+pub async fn run(bin: Binaries, seed: u64, length: Duration, sabotage: Sabotage) -> Ran {
     let dir = std::env::temp_dir().join(format!("colball-nemesis-{}-{seed}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a temp dir");
@@ -845,6 +894,10 @@ pub async fn run(bin: Binaries, seed: u64, length: Duration) -> Ran {
     let (liars, hangs) = (liar.await.unwrap_or(0), hung.await.unwrap_or(0));
     println!("nemesis {seed}: the liar started {liars} times, the hung worker {hangs}");
     let records = history.records();
+    if sabotage == Sabotage::LoseResults {
+        let lost = cluster.lose_results(&records).await;
+        println!("nemesis {seed}: sabotage: a result group of job seq {lost:?} deleted");
+    }
     let answers = lock(&work.answers).clone();
     let stored = read_back(&cluster, &records, &calls, seed).await;
     let _ = std::fs::remove_dir_all(&dir);
@@ -896,10 +949,7 @@ async fn read_back(
             let count = jobs.get(id).await.map_or(0, |j| j.solved + j.errors);
             s.counts = (count, count);
         }
-        if let Some(seq) = id
-            .strip_prefix('j')
-            .and_then(|r| r.split('-').next())
-            .and_then(|s| s.parse::<i64>().ok())
+        if let Some(seq) = seq_of(id)
             && let Ok(db) = cluster.direct().await
         {
             let row = db
@@ -948,6 +998,13 @@ async fn read_back(
             .collect();
     }
     stored
+}
+
+/// The store's sequence number of job `id`.
+fn seq_of(id: &str) -> Option<i64> {
+    id.strip_prefix('j')
+        .and_then(|r| r.split('-').next())
+        .and_then(|s| s.parse().ok())
 }
 
 /// Job `id`'s state, asked until the cluster answers (a minute at most).

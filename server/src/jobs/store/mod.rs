@@ -307,7 +307,21 @@ pub struct Rescued {
 pub trait SharedStore: Send + Sync {
     /// Claims the first free window of `job` for `holder` (one unheld, or
     /// whose lease ran out, or whose holder died) until `lease` from now.
-    async fn claim(&self, job: i64, holder: &str, lease: Duration) -> Result<Claim, StoreError>;
+    async fn claim(&self, job: i64, holder: &str, lease: Duration) -> Result<Claim, StoreError> {
+        Ok(self.finish_and_claim(job, holder, lease, &[]).await?.0)
+    }
+
+    /// [`Self::finish`]es each of `finishing` (windows of `job` with their
+    /// claims' epochs), then [`Self::claim`]s a window other than those,
+    /// at once: on PostgreSQL, one statement. With each window finished,
+    /// how it went (a window not stored any more is done).
+    async fn finish_and_claim(
+        &self,
+        job: i64,
+        holder: &str,
+        lease: Duration,
+        finishing: &[(u64, u64)],
+    ) -> Result<(Claim, Vec<(u64, Finished)>), StoreError>;
 
     /// Window `win` of `job` has had its results stored under the claim of
     /// `epoch`: it is done if no puzzle of it waits for a result (and its
@@ -326,9 +340,6 @@ pub trait SharedStore: Send + Sync {
     /// Marks `job` done if it is queued or running and each of its puzzles
     /// has a result; whether it did.
     async fn complete(&self, job: i64, now_ms: i64) -> Result<bool, StoreError>;
-
-    /// The states of the `jobs` still stored.
-    async fn states(&self, jobs: &[i64]) -> Result<Vec<(i64, JobState)>, StoreError>;
 
     /// Whether this process leads the maintenance now (it holds the
     /// store's leader lock; it tries to take it when nobody does).

@@ -27,7 +27,9 @@
 //! puzzles fall in windows of [`WINDOW`] (`colball_windows`, a row per
 //! window: its holder, its lease and whether it is done), claimed with
 //! `FOR UPDATE SKIP LOCKED` under a lease the holder renews, and taken by
-//! another once the lease runs out or at once when its holder dies. One
+//! another once the lease runs out or at once when its holder dies. A
+//! run's next window costs one statement: it finishes the windows whose
+//! results are stored, claims the next and reads its puzzles' blocks. One
 //! more connection per coordinator, its session, holds the coordinator's
 //! live lock (a session advisory lock of its own, let go the moment that
 //! connection ends: how a dead holder is told), listens for the others'
@@ -875,24 +877,44 @@ async fn window_pending(
         )
         .await
         .map_err(backend)?;
+    Ok(unpack_pending(
+        blocks
+            .iter()
+            .map(|b| (b.get::<_, i64>(0) as u64, b.get(1), b.get(2))),
+        &got,
+        first,
+        from,
+        limit,
+    ))
+}
+
+/// The puzzles of window `first`'s `blocks` (each its first index, packed
+/// puzzles and ids) from index `from` that have no result by its bitmap
+/// `got` (nor an error stored with them), up to `limit`.
+fn unpack_pending<'b>(
+    blocks: impl Iterator<Item = (u64, &'b [u8], &'b [u8])>,
+    got: &[u8],
+    first: u64,
+    from: u64,
+    limit: usize,
+) -> Vec<Pending> {
     let mut out = Vec::new();
-    for block in &blocks {
-        let start = block.get::<_, i64>(0) as u64;
-        let entries = layout::unpack(block.get(1), block.get(2));
+    for (start, puzzles, ids) in blocks {
+        let entries = layout::unpack(puzzles, ids);
         for (index, entry) in (start..).zip(entries) {
-            if index < from || has(&got, index - first) {
+            if index < from || has(got, index - first) {
                 continue;
             }
             // None: an entry stored with its error result (so not here).
             if let Some((id, puzzle)) = entry {
                 out.push((index, id, puzzle));
                 if out.len() == limit {
-                    return Ok(out);
+                    return out;
                 }
             }
         }
     }
-    Ok(out)
+    out
 }
 
 fn decode(bytes: &[u8]) -> Option<egress::PuzzleResult> {
@@ -1794,44 +1816,120 @@ impl JobStore for PostgresStore {
 
 #[async_trait]
 impl SharedStore for PostgresStore {
-    async fn claim(&self, job: i64, holder: &str, lease: Duration) -> Result<Claim, StoreError> {
+    async fn finish_and_claim(
+        &self,
+        job: i64,
+        holder: &str,
+        lease: Duration,
+        finishing: &[(u64, u64)],
+    ) -> Result<(Claim, Vec<(u64, Finished)>), StoreError> {
+        let mut finishing = finishing.to_vec();
+        finishing.sort_unstable();
+        self.forget(|&(j, w)| j == job && finishing.iter().any(|f| f.0 == w));
+        let (wins, epochs): (Vec<i64>, Vec<i64>) =
+            finishing.iter().map(|&(w, e)| (w as i64, e as i64)).unzip();
         if !self.alive.load(Ordering::Relaxed) {
             // Until the session holds the live lock, a claim would look
             // dead to the others at once.
-            return Ok(Claim::Busy);
+            let mut finished = Vec::new();
+            for &(win, epoch) in &finishing {
+                finished.push((win, self.finish(job, win, epoch).await?));
+            }
+            return Ok((Claim::Busy, finished));
         }
         let client = self.client().await?;
         let lease = lease.as_secs_f64();
         let key = i64::from(self.holder_key);
+        // One statement: the finished windows (locked in ascending order),
+        // the claim of the first free window among the others, and either
+        // its puzzles' blocks or, with none free, whether the job has all
+        // its results and how many of its windows are still open. Rows:
+        // kind 0 the claim, 1 a block of it, 2 a window finished, 3 the job.
         let sql = format!(
-            "WITH {LIVE_KEYS}, free AS ( \
+            "WITH {LIVE_KEYS}, \
+             finishing AS ( \
+               UPDATE colball_windows w SET done = w.done OR {WINDOW_DONE}, \
+                 holder = CASE WHEN w.epoch = f.epoch THEN NULL ELSE w.holder END, \
+                 lease_until = CASE WHEN w.epoch = f.epoch THEN NULL ELSE w.lease_until END \
+               FROM colball_jobs j, unnest($5::bigint[], $6::bigint[]) f(win, epoch), \
+                 (SELECT win FROM colball_windows WHERE job = $1 AND win = ANY($5) \
+                  ORDER BY win FOR UPDATE) o \
+               WHERE j.seq = w.job AND w.job = $1 AND w.win = f.win AND o.win = f.win \
+               RETURNING w.win, w.done, w.epoch = f.epoch AS ours), \
+             free AS ( \
                SELECT win, holder FROM colball_windows \
-               WHERE job = $1 AND NOT done AND ({WINDOW_FREE}) \
+               WHERE job = $1 AND NOT done AND ({WINDOW_FREE}) AND win <> ALL($7) \
                ORDER BY win LIMIT 1 FOR UPDATE SKIP LOCKED), \
              claimed AS ( \
                UPDATE colball_windows w SET holder = $2, holder_key = $4, epoch = w.epoch + 1, \
                  lease_until = now() + make_interval(secs => $3) \
                FROM free WHERE w.job = $1 AND w.win = free.win \
                RETURNING w.win, free.holder, w.epoch, w.got) \
-             SELECT win, holder, epoch, NULL::boolean, NULL::bigint, got FROM claimed \
+             SELECT 0, win, holder, epoch, NULL::boolean, got, NULL::bytea FROM claimed \
              UNION ALL \
-             SELECT NULL, NULL, NULL, \
+             SELECT 1, b.first, NULL, NULL, NULL, b.puzzles, b.ids \
+               FROM colball_puzzle_blocks b, claimed c \
+               WHERE b.job = $1 AND b.first >= c.win * 8192 AND b.first < (c.win + 1) * 8192 \
+             UNION ALL \
+             SELECT 2, win, NULL, CASE WHEN ours THEN 1 END, done, NULL, NULL FROM finishing \
+             UNION ALL \
+             SELECT 3, \
+               (SELECT count(*) FROM colball_windows WHERE job = $1 AND NOT done AND win <> ALL($5)) \
+                 + (SELECT count(*) FROM finishing WHERE NOT done), \
+               NULL, NULL, \
                (SELECT state IN (1, 2) AND solved + errors >= puzzles FROM colball_jobs \
                 WHERE seq = $1), \
-               (SELECT count(*) FROM colball_windows WHERE job = $1 AND NOT done), \
-               NULL::bytea \
-             WHERE NOT EXISTS (SELECT 1 FROM claimed)"
+               NULL, NULL \
+             WHERE NOT EXISTS (SELECT 1 FROM claimed) \
+             ORDER BY 1, 2"
         );
+        // A window of `finishing` not stored any more (its job is gone) is
+        // done; none of them is claimed, in the first try or the next.
+        let mut finished: Vec<(u64, Finished)> = finishing
+            .iter()
+            .map(|&(w, _)| (w, Finished::Done))
+            .collect();
+        let but = wins.clone();
+        let (mut wins, mut epochs) = (wins, epochs);
         loop {
-            let claimed = client
-                .query_one(&sql, &[&job, &holder, &lease, &key])
+            let rows = client
+                .query(&sql, &[&job, &holder, &lease, &key, &wins, &epochs, &but])
                 .await
                 .map_err(backend)?;
-            if claimed.get::<_, Option<i64>>(0).is_none() {
-                // Each puzzle has its result (a window's holder may have died
-                // after storing them, before it marked the window done): the
-                // windows are all done.
-                if claimed.get::<_, Option<bool>>(3) == Some(true) {
+            let mut claimed = None;
+            let mut blocks: Vec<(u64, &[u8], &[u8])> = Vec::new();
+            let mut open = None;
+            for r in &rows {
+                match r.get::<_, i32>(0) {
+                    0 => claimed = Some(r),
+                    1 => blocks.push((r.get::<_, i64>(1) as u64, r.get(5), r.get(6))),
+                    2 => {
+                        let win = r.get::<_, i64>(1) as u64;
+                        // Epoch NULL: claimed again since.
+                        let how = if r.get::<_, Option<i64>>(3).is_none() {
+                            Finished::Lost
+                        } else if r.get(4) {
+                            Finished::Done
+                        } else {
+                            Finished::LetGo
+                        };
+                        if let Some(f) = finished.iter_mut().find(|f| f.0 == win) {
+                            f.1 = how;
+                        }
+                    }
+                    _ => open = Some((r.get::<_, i64>(1), r.get::<_, Option<bool>>(4))),
+                }
+            }
+            (wins, epochs) = (Vec::new(), Vec::new());
+            let Some(claimed) = claimed else {
+                let (open, solved) = open.unwrap_or((0, None));
+                if open == 0 {
+                    return Ok((Claim::Done, finished));
+                }
+                // Each puzzle has its result (a window's holder may have
+                // died after storing them, before it marked the window
+                // done): the windows are all done.
+                if solved == Some(true) {
                     client
                         .execute(
                             &ordered(
@@ -1842,36 +1940,33 @@ impl SharedStore for PostgresStore {
                         )
                         .await
                         .map_err(backend)?;
-                    return Ok(Claim::Done);
+                    return Ok((Claim::Done, finished));
                 }
-                let open: i64 = claimed.get(4);
-                return Ok(if open > 0 { Claim::Busy } else { Claim::Done });
-            }
-            let win = claimed.get::<_, i64>(0) as u64;
-            let before: Option<String> = claimed.get(1);
-            let epoch = claimed.get::<_, i64>(2) as u64;
+                return Ok((Claim::Busy, finished));
+            };
+            let win = claimed.get::<_, i64>(1) as u64;
+            let before: Option<String> = claimed.get(2);
+            let epoch = claimed.get::<_, i64>(3) as u64;
             let got: Vec<u8> = claimed.get(5);
-            self.held.lock().unwrap_or_else(|e| e.into_inner()).insert(
-                (job, win),
-                Seen {
-                    epoch,
-                    got: got.clone(),
-                },
-            );
-            let from = win * WINDOW as u64;
-            let pending = window_pending(&**client, job, win, from, WINDOW, Some(got)).await?;
+            let first = win * WINDOW as u64;
+            let pending = unpack_pending(blocks.into_iter(), &got, first, first, WINDOW);
+            self.held
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert((job, win), Seen { epoch, got });
             if !pending.is_empty() {
-                return Ok(Claim::Window {
+                let claim = Claim::Window {
                     win,
                     epoch,
                     pending,
                     took_over: before.is_some_and(|b| b != holder),
-                });
+                };
+                return Ok((claim, finished));
             }
-            // Nothing to solve in it: done, or (its upload not there yet)
-            // let go and waited for.
+            // Nothing to solve in it: done (then the next), or (its upload
+            // not there yet) let go and waited for.
             if self.finish(job, win, epoch).await? != Finished::Done {
-                return Ok(Claim::Busy);
+                return Ok((Claim::Busy, finished));
             }
         }
     }
@@ -1956,26 +2051,6 @@ impl SharedStore for PostgresStore {
             self.hint_jobs(&client).await?;
         }
         Ok(n > 0)
-    }
-
-    async fn states(&self, jobs: &[i64]) -> Result<Vec<(i64, JobState)>, StoreError> {
-        let client = self.client().await?;
-        let rows = client
-            .query(
-                "SELECT seq, state FROM colball_jobs WHERE seq = ANY($1)",
-                &[&jobs],
-            )
-            .await
-            .map_err(backend)?;
-        Ok(rows
-            .iter()
-            .map(|r| {
-                (
-                    r.get(0),
-                    JobState::from_number(i64::from(r.get::<_, i16>(1))),
-                )
-            })
-            .collect())
     }
 
     fn leading(&self) -> bool {
@@ -2196,10 +2271,8 @@ mod tests {
             (row.state, row.solved, row.finished_ms),
             (JobState::Done, n as u64, 9)
         );
-        assert_eq!(
-            a.states(&[job, job + 1]).await.unwrap(),
-            vec![(job, JobState::Done)]
-        );
+        // Finished: not among the unfinished jobs each coordinator syncs with.
+        assert!(a.unfinished().await.unwrap().iter().all(|r| r.seq != job));
 
         // An upload whose coordinator stopped renewing it is deleted by
         // the rescue; one still renewed is not.
@@ -2316,6 +2389,9 @@ mod tests {
         Write(usize, u64),
         /// Coordinator `.0` finishes window `.1` under its last claim of it.
         Finish(usize, u64),
+        /// Coordinator `.0` finishes window `.1` under its last claim of it
+        /// (if it has one) and claims another, in one call.
+        FinishAndClaim(usize, u64),
         /// Coordinator `.0`'s leases run out.
         Lapse(usize),
         Renew(usize),
@@ -2329,6 +2405,7 @@ mod tests {
             1 => (0..3u64).prop_map(Step::Solve),
             2 => (0..2usize, 0..3u64).prop_map(|(h, w)| Step::Write(h, w)),
             3 => (0..2usize, 0..3u64).prop_map(|(h, w)| Step::Finish(h, w)),
+            3 => (0..2usize, 0..3u64).prop_map(|(h, w)| Step::FinishAndClaim(h, w)),
             1 => (0..2usize).prop_map(Step::Lapse),
             1 => (0..2usize).prop_map(Step::Renew),
             1 => (0..2usize).prop_map(Step::Release),
@@ -2354,8 +2431,13 @@ mod tests {
 
         /// What a claim by `h` gives, as the store decides it.
         fn claim(&mut self, h: usize) -> Result<(u64, bool), bool> {
+            self.claim_other(h, None)
+        }
+
+        /// What a claim by `h` of a window other than `but` gives.
+        fn claim_other(&mut self, h: usize, but: Option<usize>) -> Result<(u64, bool), bool> {
             for w in 0..3 {
-                if !self.free(w) {
+                if !self.free(w) || but == Some(w) {
                     continue;
                 }
                 self.epoch[w] += 1;
@@ -2375,6 +2457,36 @@ mod tests {
             }
             // Err(true): every window done.
             Err(self.done.iter().all(|d| *d))
+        }
+
+        /// What `h` finishing window `w` under its last claim gives, if it
+        /// has claimed it.
+        fn finish(&mut self, h: usize, w: usize) -> Option<(u64, Finished)> {
+            let fence = self.claimed[h][w]?;
+            let done = self.done[w] || self.solved[w];
+            let how = if fence != self.epoch[w] {
+                Finished::Lost
+            } else if done {
+                Finished::Done
+            } else {
+                Finished::LetGo
+            };
+            self.done[w] = done;
+            if fence == self.epoch[w] || done {
+                self.holder[w] = None;
+            }
+            Some((fence, how))
+        }
+    }
+
+    /// Whether claim `got` is what the model wanted.
+    fn claimed_as_wanted(want: Result<(u64, bool), bool>, got: &Claim, model: &Model) {
+        match (want, got) {
+            (Ok((w, over)), Claim::Window { win, took_over, .. }) => {
+                assert_eq!((*win, *took_over), (w, over), "{model:?}")
+            }
+            (Err(false), Claim::Busy) | (Err(true), Claim::Done) => {}
+            (want, got) => panic!("claim: {want:?} wanted, {got:?}: {model:?}"),
         }
     }
 
@@ -2418,13 +2530,22 @@ mod tests {
                     match step {
                         Step::Claim(h) => {
                             let got = s[h].claim(job, names[h], long).await.unwrap();
-                            match (model.claim(h), got) {
-                                (Ok((w, over)), Claim::Window { win, took_over, .. }) => {
-                                    assert_eq!((win, took_over), (w, over), "{model:?}")
-                                }
-                                (Err(false), Claim::Busy) | (Err(true), Claim::Done) => {}
-                                (want, got) => panic!("claim: {want:?} wanted, {got:?}: {model:?}"),
-                            }
+                            claimed_as_wanted(model.claim(h), &got, &model);
+                        }
+                        Step::FinishAndClaim(h, w) => {
+                            let i = w as usize;
+                            let finished = model.finish(h, i);
+                            let finishing: Vec<(u64, u64)> =
+                                finished.iter().map(|&(fence, _)| (w, fence)).collect();
+                            let (got, how) = s[h]
+                                .finish_and_claim(job, names[h], long, &finishing)
+                                .await
+                                .unwrap();
+                            let want: Vec<(u64, Finished)> =
+                                finished.iter().map(|&(_, how)| (w, how)).collect();
+                            assert_eq!(how, want, "{model:?}");
+                            let but = finished.is_some().then_some(i);
+                            claimed_as_wanted(model.claim_other(h, but), &got, &model);
                         }
                         Step::Solve(w) => {
                             let from = w * WINDOW as u64;
@@ -2452,22 +2573,9 @@ mod tests {
                             }
                         }
                         Step::Finish(h, w) => {
-                            let i = w as usize;
-                            if let Some(fence) = model.claimed[h][i] {
+                            if let Some((fence, want)) = model.finish(h, w as usize) {
                                 let got = s[h].finish(job, w, fence).await.unwrap();
-                                let done = model.done[i] || model.solved[i];
-                                let want = if fence != model.epoch[i] {
-                                    Finished::Lost
-                                } else if done {
-                                    Finished::Done
-                                } else {
-                                    Finished::LetGo
-                                };
                                 assert_eq!(got, want, "{model:?}");
-                                model.done[i] = done;
-                                if fence == model.epoch[i] || done {
-                                    model.holder[i] = None;
-                                }
                             }
                         }
                         Step::Lapse(h) => {
