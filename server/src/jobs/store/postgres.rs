@@ -230,6 +230,37 @@ fn ordered(set: &str, pick: &str) -> String {
 const WINDOW_DONE: &str = "(j.state <> 0 OR j.puzzles >= (w.win + 1) * 8192) \
      AND w.filled >= least(j.puzzles - w.win * 8192, 8192)";
 
+/// An update that finishes windows `wins` of job `job` (SQL expressions,
+/// the windows an array), each under the claim of its epoch in `epochs`:
+/// each window is done if [`WINDOW_DONE`], and let go unless it was
+/// claimed again since. Locks the windows in ascending order first, and
+/// returns each window finished, whether it is done and whether the claim
+/// was still its own (see [`finished_as`]).
+fn finish_windows(job: &str, wins: &str, epochs: &str) -> String {
+    format!(
+        "UPDATE colball_windows w SET done = w.done OR {WINDOW_DONE}, \
+           holder = CASE WHEN w.epoch = f.epoch THEN NULL ELSE w.holder END, \
+           lease_until = CASE WHEN w.epoch = f.epoch THEN NULL ELSE w.lease_until END \
+         FROM colball_jobs j, unnest({wins}::bigint[], {epochs}::bigint[]) f(win, epoch), \
+           (SELECT win FROM colball_windows WHERE job = {job} AND win = ANY({wins}) \
+            ORDER BY win FOR UPDATE) o \
+         WHERE j.seq = w.job AND w.job = {job} AND w.win = f.win AND o.win = f.win \
+         RETURNING w.win, w.done, w.epoch = f.epoch AS ours"
+    )
+}
+
+/// What became of a window [`finish_windows`] returned: `done`, and whether
+/// the claim finishing it was still its own.
+fn finished_as(done: bool, ours: bool) -> Finished {
+    if !ours {
+        Finished::Lost
+    } else if done {
+        Finished::Done
+    } else {
+        Finished::LetGo
+    }
+}
+
 const JOB_COLUMNS: &str = "seq, owner, name, priority, state, puzzles, solved, errors, \
      created_ms, finished_ms, failure, fail_fast, any_order, bytes, \
      webhook, webhook_attempts, webhook_next_ms, webhook_delivered";
@@ -1847,15 +1878,7 @@ impl SharedStore for PostgresStore {
         // kind 0 the claim, 1 a block of it, 2 a window finished, 3 the job.
         let sql = format!(
             "WITH {LIVE_KEYS}, \
-             finishing AS ( \
-               UPDATE colball_windows w SET done = w.done OR {WINDOW_DONE}, \
-                 holder = CASE WHEN w.epoch = f.epoch THEN NULL ELSE w.holder END, \
-                 lease_until = CASE WHEN w.epoch = f.epoch THEN NULL ELSE w.lease_until END \
-               FROM colball_jobs j, unnest($5::bigint[], $6::bigint[]) f(win, epoch), \
-                 (SELECT win FROM colball_windows WHERE job = $1 AND win = ANY($5) \
-                  ORDER BY win FOR UPDATE) o \
-               WHERE j.seq = w.job AND w.job = $1 AND w.win = f.win AND o.win = f.win \
-               RETURNING w.win, w.done, w.epoch = f.epoch AS ours), \
+             finishing AS ({}), \
              free AS ( \
                SELECT win, holder FROM colball_windows \
                WHERE job = $1 AND NOT done AND ({WINDOW_FREE}) AND win <> ALL($7) \
@@ -1865,13 +1888,14 @@ impl SharedStore for PostgresStore {
                  lease_until = now() + make_interval(secs => $3) \
                FROM free WHERE w.job = $1 AND w.win = free.win \
                RETURNING w.win, free.holder, w.epoch, w.got) \
-             SELECT 0, win, holder, epoch, NULL::boolean, got, NULL::bytea FROM claimed \
+             SELECT 0, win, holder, epoch, NULL::boolean, NULL::boolean, got, NULL::bytea \
+               FROM claimed \
              UNION ALL \
-             SELECT 1, b.first, NULL, NULL, NULL, b.puzzles, b.ids \
+             SELECT 1, b.first, NULL, NULL, NULL, NULL, b.puzzles, b.ids \
                FROM colball_puzzle_blocks b, claimed c \
                WHERE b.job = $1 AND b.first >= c.win * 8192 AND b.first < (c.win + 1) * 8192 \
              UNION ALL \
-             SELECT 2, win, NULL, CASE WHEN ours THEN 1 END, done, NULL, NULL FROM finishing \
+             SELECT 2, win, NULL, NULL, done, ours, NULL, NULL FROM finishing \
              UNION ALL \
              SELECT 3, \
                (SELECT count(*) FROM colball_windows WHERE job = $1 AND NOT done AND win <> ALL($5)) \
@@ -1879,9 +1903,10 @@ impl SharedStore for PostgresStore {
                NULL, NULL, \
                (SELECT state IN (1, 2) AND solved + errors >= puzzles FROM colball_jobs \
                 WHERE seq = $1), \
-               NULL, NULL \
+               NULL, NULL, NULL \
              WHERE NOT EXISTS (SELECT 1 FROM claimed) \
-             ORDER BY 1, 2"
+             ORDER BY 1, 2",
+            finish_windows("$1", "$5", "$6")
         );
         // A window of `finishing` not stored any more (its job is gone) is
         // done; none of them is claimed, in the first try or the next.
@@ -1902,19 +1927,11 @@ impl SharedStore for PostgresStore {
             for r in &rows {
                 match r.get::<_, i32>(0) {
                     0 => claimed = Some(r),
-                    1 => blocks.push((r.get::<_, i64>(1) as u64, r.get(5), r.get(6))),
+                    1 => blocks.push((r.get::<_, i64>(1) as u64, r.get(6), r.get(7))),
                     2 => {
                         let win = r.get::<_, i64>(1) as u64;
-                        // Epoch NULL: claimed again since.
-                        let how = if r.get::<_, Option<i64>>(3).is_none() {
-                            Finished::Lost
-                        } else if r.get(4) {
-                            Finished::Done
-                        } else {
-                            Finished::LetGo
-                        };
                         if let Some(f) = finished.iter_mut().find(|f| f.0 == win) {
-                            f.1 = how;
+                            f.1 = finished_as(r.get(4), r.get(5));
                         }
                     }
                     _ => open = Some((r.get::<_, i64>(1), r.get::<_, Option<bool>>(4))),
@@ -1947,7 +1964,7 @@ impl SharedStore for PostgresStore {
             let win = claimed.get::<_, i64>(1) as u64;
             let before: Option<String> = claimed.get(2);
             let epoch = claimed.get::<_, i64>(3) as u64;
-            let got: Vec<u8> = claimed.get(5);
+            let got: Vec<u8> = claimed.get(6);
             let first = win * WINDOW as u64;
             let pending = unpack_pending(blocks.into_iter(), &got, first, first, WINDOW);
             self.held
@@ -1974,27 +1991,15 @@ impl SharedStore for PostgresStore {
     async fn finish(&self, job: i64, win: u64, epoch: u64) -> Result<Finished, StoreError> {
         self.forget(|&(j, w)| (j, w) == (job, win));
         let client = self.client().await?;
-        let sql = format!(
-            "UPDATE colball_windows w SET done = w.done OR {WINDOW_DONE}, \
-               holder = CASE WHEN w.epoch = $3 THEN NULL ELSE w.holder END, \
-               lease_until = CASE WHEN w.epoch = $3 THEN NULL ELSE w.lease_until END \
-             FROM colball_jobs j \
-             WHERE j.seq = w.job AND w.job = $1 AND w.win = $2 RETURNING w.done, w.epoch"
-        );
         let row = client
-            .query_opt(&sql, &[&job, &(win as i64), &(epoch as i64)])
+            .query_opt(
+                &finish_windows("$1", "$2", "$3"),
+                &[&job, &vec![win as i64], &vec![epoch as i64]],
+            )
             .await
             .map_err(backend)?;
         // A window of a job gone is done.
-        Ok(row.map_or(Finished::Done, |r| {
-            if r.get::<_, i64>(1) as u64 != epoch {
-                Finished::Lost
-            } else if r.get(0) {
-                Finished::Done
-            } else {
-                Finished::LetGo
-            }
-        }))
+        Ok(row.map_or(Finished::Done, |r| finished_as(r.get(1), r.get(2))))
     }
 
     async fn release(&self, job: i64, holder: &str) -> Result<(), StoreError> {
