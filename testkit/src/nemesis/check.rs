@@ -136,6 +136,9 @@ pub struct Stored {
     pub rows: u64,
     /// The `webhook-id` of each call of its webhook.
     pub webhook_ids: Vec<String>,
+    /// What the database holds of it (its row's state and counts, each
+    /// window's claim), for the message of a job that did not finish.
+    pub in_store: String,
 }
 
 /// The first guarantee a history breaks.
@@ -327,7 +330,16 @@ pub fn check(
             continue;
         }
         if s.state != Some(State::Done) {
-            return Err(fail(FINISHES, job, format!("it ended {:?}", s.state)));
+            return Err(fail(
+                FINISHES,
+                job,
+                format!(
+                    "it ended {:?} with {} results of {puzzles} read back; in the database: {}",
+                    s.state,
+                    s.results.len(),
+                    s.in_store
+                ),
+            ));
         }
         summary.done += 1;
         if by_index.len() != puzzles {

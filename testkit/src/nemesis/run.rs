@@ -962,6 +962,9 @@ async fn read_back(
                 )
                 .await;
             s.rows = row.map_or(u64::MAX, |r| r.get::<_, i64>(0) as u64);
+            if s.state != Some(State::Done) {
+                s.in_store = in_store(&db, seq).await;
+            }
         }
         stored.insert(*job, s);
     }
@@ -998,6 +1001,27 @@ async fn read_back(
             .collect();
     }
     stored
+}
+
+/// Job `seq`'s row and windows as the database holds them, in a line.
+async fn in_store(db: &tokio_postgres::Client, seq: i64) -> String {
+    let row = db
+        .query_opt(
+            "SELECT format('state %s, puzzles %s, solved %s, errors %s, stored %s; windows: %s', \
+               state, puzzles, solved, errors, stored, \
+               (SELECT string_agg(format('%s (done %s, filled %s, holder %s, epoch %s, lease %s)', \
+                   win, done, filled, coalesce(holder, '-'), epoch, \
+                   coalesce((lease_until - now())::text, '-')), ', ' ORDER BY win) \
+                FROM colball_windows WHERE job = $1)) \
+             FROM colball_jobs WHERE seq = $1",
+            &[&seq],
+        )
+        .await;
+    match row {
+        Ok(Some(r)) => r.get(0),
+        Ok(None) => "no row".into(),
+        Err(e) => format!("not read: {e}"),
+    }
 }
 
 /// The store's sequence number of job `id`.

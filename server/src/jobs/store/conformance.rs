@@ -225,6 +225,16 @@ async fn a_job_goes_in_is_sealed_and_its_results_read_back() {
             (row.state, row.failure.as_str(), row.finished_ms),
             (JobState::Failed, "why", 9)
         );
+        // A finished job's state stays: a late run or cancel changes nothing.
+        for late in [JobState::Running, JobState::Cancelled, JobState::Done] {
+            s.set_state(job, late, "", 10).await.unwrap();
+            let row = s.job(job).await.unwrap().unwrap();
+            assert_eq!(
+                (row.state, row.failure.as_str(), row.finished_ms),
+                (JobState::Failed, "why", 9),
+                "{name}: {late:?} after it failed"
+            );
+        }
         assert_eq!(s.unfinished().await.unwrap(), [], "{name}");
         assert!(s.size_bytes().await.unwrap() > 0, "{name}");
     }

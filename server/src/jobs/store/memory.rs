@@ -308,7 +308,9 @@ impl JobStore for MemoryStore {
         failure: &str,
         now_ms: i64,
     ) -> Result<(), StoreError> {
-        if let Some(stored) = self.books().jobs.get_mut(&job) {
+        if let Some(stored) = self.books().jobs.get_mut(&job)
+            && !stored.row.state.finished()
+        {
             stored.row.state = state;
             stored.row.failure = failure.to_string();
             stored.row.finished_ms = if state.finished() { now_ms } else { 0 };

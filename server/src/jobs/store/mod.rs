@@ -415,6 +415,9 @@ pub trait JobStore: Send + Sync + std::fmt::Debug + 'static {
     /// Jobs queued or running (after a restart: to take up again).
     async fn unfinished(&self) -> Result<Vec<JobRow>, StoreError>;
 
+    /// Moves a job to `state`, unless it has finished: a finished job's
+    /// state stays (a run that began as the job ended elsewhere cannot
+    /// set it running again, nor a cancel undo its being done).
     async fn set_state(
         &self,
         job: i64,

@@ -1636,14 +1636,15 @@ impl JobStore for PostgresStore {
     ) -> Result<(), StoreError> {
         let finished_ms = if state.finished() { now_ms } else { 0 };
         let client = self.client().await?;
-        client
+        let n = client
             .execute(
-                "UPDATE colball_jobs SET state = $2, failure = $3, finished_ms = $4 WHERE seq = $1",
+                "UPDATE colball_jobs SET state = $2, failure = $3, finished_ms = $4 \
+                 WHERE seq = $1 AND state NOT IN (3, 4, 5)",
                 &[&job, &(state as i16), &failure, &finished_ms],
             )
             .await
             .map_err(backend)?;
-        if state.finished() {
+        if n > 0 && state.finished() {
             self.hint_jobs(&client).await?;
         }
         Ok(())

@@ -487,7 +487,8 @@ impl Database {
         let finished = if state.finished() { now_ms } else { 0 };
         self.conn()
             .prepare_cached(
-                "UPDATE jobs SET state = ?2, failure = ?3, finished_ms = ?4 WHERE seq = ?1",
+                "UPDATE jobs SET state = ?2, failure = ?3, finished_ms = ?4 \
+                 WHERE seq = ?1 AND state NOT IN (3, 4, 5)",
             )?
             .execute(params![job, state as i64, failure, finished])?;
         Ok(())
