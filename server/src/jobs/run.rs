@@ -154,8 +154,8 @@ impl Windows<'_> {
                         }
                         Step::Window(pending, Some((win, epoch)))
                     }
-                    // Ours not finished yet: busy until they are.
-                    Claim::Done if !ran.is_empty() => Step::Busy,
+                    // Every window done, ours too (each of its results
+                    // is stored, by this run or a taker's).
                     Claim::Done => Step::Empty,
                     Claim::Busy => Step::Busy,
                 })
@@ -581,7 +581,11 @@ impl Jobs {
                     // again, and fails as it asked). A shared window goes
                     // back to the store meanwhile.
                     if let Windows::Shared { store, .. } = windows {
-                        let _ = store.release(seq, store.holder()).await;
+                        let _ = self
+                            .patiently("letting go of a job's windows", Some(cancel), || {
+                                store.release(seq, store.holder())
+                            })
+                            .await;
                     }
                     tokio::select! {
                         _ = workers.wait_for(|n| *n > 0) => {}

@@ -306,7 +306,9 @@ pub struct Rescued {
 #[async_trait]
 pub trait SharedStore: Send + Sync {
     /// Claims the first free window of `job` for `holder` (one unheld, or
-    /// whose lease ran out, or whose holder died) until `lease` from now.
+    /// whose lease ran out, or whose holder died, or one the store says
+    /// `holder` holds that this process has not been told of: a claim
+    /// whose answer was lost, a release that failed) until `lease` from now.
     async fn claim(&self, job: i64, holder: &str, lease: Duration) -> Result<Claim, StoreError> {
         Ok(self.finish_and_claim(job, holder, lease, &[]).await?.0)
     }

@@ -1869,6 +1869,18 @@ impl SharedStore for PostgresStore {
             }
             return Ok((Claim::Busy, finished));
         }
+        // The windows of the job this process knows it holds. Any other
+        // the store says it holds is one it lost track of (a claim whose
+        // answer was lost with its connection, a release that failed): its
+        // own to claim again, else nobody would (its leases are renewed).
+        let known: Vec<i64> = self
+            .held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .filter(|&&(j, _)| j == job)
+            .map(|&(_, w)| w as i64)
+            .collect();
         let client = self.client().await?;
         let lease = lease.as_secs_f64();
         let key = i64::from(self.holder_key);
@@ -1882,7 +1894,8 @@ impl SharedStore for PostgresStore {
              finishing AS ({}), \
              free AS ( \
                SELECT win, holder FROM colball_windows \
-               WHERE job = $1 AND NOT done AND ({WINDOW_FREE}) AND win <> ALL($7) \
+               WHERE job = $1 AND NOT done AND win <> ALL($7) \
+                 AND ({WINDOW_FREE} OR (holder = $2 AND win <> ALL($8))) \
                ORDER BY win LIMIT 1 FOR UPDATE SKIP LOCKED), \
              claimed AS ( \
                UPDATE colball_windows w SET holder = $2, holder_key = $4, epoch = w.epoch + 1, \
@@ -1919,7 +1932,10 @@ impl SharedStore for PostgresStore {
         let (mut wins, mut epochs) = (wins, epochs);
         loop {
             let rows = client
-                .query(&sql, &[&job, &holder, &lease, &key, &wins, &epochs, &but])
+                .query(
+                    &sql,
+                    &[&job, &holder, &lease, &key, &wins, &epochs, &but, &known],
+                )
                 .await
                 .map_err(backend)?;
             let mut claimed = None;
@@ -2402,6 +2418,9 @@ mod tests {
         Lapse(usize),
         Renew(usize),
         Release(usize),
+        /// Coordinator `.0` claims, and the answer is lost (its connection
+        /// broke as the claim committed): it does not know the window.
+        LoseClaim(usize),
     }
 
     fn step() -> impl proptest::strategy::Strategy<Value = Step> {
@@ -2415,12 +2434,14 @@ mod tests {
             1 => (0..2usize).prop_map(Step::Lapse),
             1 => (0..2usize).prop_map(Step::Renew),
             1 => (0..2usize).prop_map(Step::Release),
+            1 => (0..2usize).prop_map(Step::LoseClaim),
         ]
     }
 
     /// What the windows should be: for each, its holder (and whether its
     /// lease is live), whether it is done, whether its results are stored,
-    /// its epoch; and each coordinator's last claim of each.
+    /// its epoch; each coordinator's last claim of each, and whether it
+    /// knows it holds it.
     #[derive(Clone, Debug, Default)]
     struct Model {
         holder: [Option<(usize, bool)>; 3],
@@ -2428,11 +2449,15 @@ mod tests {
         solved: [bool; 3],
         epoch: [u64; 3],
         claimed: [[Option<u64>; 3]; 2],
+        known: [[bool; 3]; 2],
     }
 
     impl Model {
-        fn free(&self, w: usize) -> bool {
-            !self.done[w] && self.holder[w].is_none_or(|(_, live)| !live)
+        /// Whether `h` may claim window `w`: nobody holds it under a live
+        /// lease, or `h` does without knowing it.
+        fn free(&self, h: usize, w: usize) -> bool {
+            !self.done[w]
+                && self.holder[w].is_none_or(|(o, live)| !live || (o == h && !self.known[h][w]))
         }
 
         /// What a claim by `h` gives, as the store decides it.
@@ -2443,7 +2468,7 @@ mod tests {
         /// What a claim by `h` of a window other than `but` gives.
         fn claim_other(&mut self, h: usize, but: Option<usize>) -> Result<(u64, bool), bool> {
             for w in 0..3 {
-                if !self.free(w) || but == Some(w) {
+                if !self.free(h, w) || but == Some(w) {
                     continue;
                 }
                 self.epoch[w] += 1;
@@ -2455,6 +2480,7 @@ mod tests {
                 let took_over = self.holder[w].is_some_and(|(o, _)| o != h);
                 self.holder[w] = Some((h, true));
                 self.claimed[h][w] = Some(self.epoch[w]);
+                self.known[h][w] = true;
                 return Ok((w as u64, took_over));
             }
             if self.solved.iter().all(|s| *s) {
@@ -2469,6 +2495,7 @@ mod tests {
         /// has claimed it.
         fn finish(&mut self, h: usize, w: usize) -> Option<(u64, Finished)> {
             let fence = self.claimed[h][w]?;
+            self.known[h][w] = false;
             let done = self.done[w] || self.solved[w];
             let how = if fence != self.epoch[w] {
                 Finished::Lost
@@ -2500,7 +2527,8 @@ mod tests {
     /// releases by two coordinators on one job: after every step the
     /// windows in the database are what the model says (holder, done,
     /// epoch), a claim gives the window the model predicts (never one held
-    /// under a live lease) with a greater epoch than any before, a window is
+    /// under a live lease, unless by its claimer, whose claim's answer was
+    /// lost) with a greater epoch than any before, a window is
     /// done only when each of its puzzles has its result, and results
     /// written or a finish under a claim no longer current (the window
     /// claimed again since) change nothing.
@@ -2576,12 +2604,26 @@ mod tests {
                                 let new = new.unwrap();
                                 assert!(new.iter().all(|n| *n == stored), "{model:?}");
                                 model.solved[i] |= stored;
+                                // A write under the current claim tells its
+                                // writer the window is its own.
+                                model.known[h][i] |= fence == model.epoch[i];
                             }
                         }
                         Step::Finish(h, w) => {
                             if let Some((fence, want)) = model.finish(h, w as usize) {
                                 let got = s[h].finish(job, w, fence).await.unwrap();
                                 assert_eq!(got, want, "{model:?}");
+                            }
+                        }
+                        Step::LoseClaim(h) => {
+                            let before = model.claimed[h];
+                            let got = s[h].claim(job, names[h], long).await.unwrap();
+                            claimed_as_wanted(model.claim(h), &got, &model);
+                            if let Claim::Window { win, .. } = got {
+                                s[h].forget(|&k| k == (job, win));
+                                let w = win as usize;
+                                model.known[h][w] = false;
+                                model.claimed[h][w] = before[w];
                             }
                         }
                         Step::Lapse(h) => {
@@ -2605,6 +2647,7 @@ mod tests {
                         }
                         Step::Release(h) => {
                             s[h].release(job, names[h]).await.unwrap();
+                            model.known[h] = [false; 3];
                             for w in 0..3 {
                                 if model.holder[w].is_some_and(|(o, _)| o == h) && !model.done[w] {
                                     model.holder[w] = None;
