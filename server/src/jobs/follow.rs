@@ -15,7 +15,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 use super::run::Live;
 use super::store::WINDOW;
 use super::store::{JobRow, JobState};
-use super::writer::gather;
+use super::writer::{coalesce, gather};
 use super::{JobError, Jobs};
 
 /// Results ahead of the next one due that a follower keeps from the live
@@ -28,6 +28,10 @@ const EARLY: usize = 2 * WINDOW;
 /// scan past gaps): a window's, as a shared store holds them by the window
 /// (a smaller read would decode the same groups again for each part).
 const READ: usize = WINDOW;
+
+/// A follower reads the store for results stored by another coordinator
+/// at most this often: the hints of several of its writes make one read.
+const ELSEWHERE_PACE: Duration = Duration::from_millis(100);
 
 /// What a follower of a running job in input order holds beyond the next
 /// result due: results that came ahead of it (from the writer's groups or
@@ -136,6 +140,9 @@ impl Jobs {
             // On a shared store: hints of results stored by another
             // coordinator (they never pass through this one's writer).
             let mut elsewhere: Option<watch::Receiver<u64>> = None;
+            // Whether the next scan is for such a hint, and when the last
+            // such scan was.
+            let (mut hinted, mut hinted_at) = (false, None);
             // While following them, the store is read again every half second
             // whatever the traffic, should a group have gone by unseen.
             let mut safety = tokio::time::interval(Duration::from_millis(500));
@@ -151,7 +158,23 @@ impl Jobs {
                     if jobs.at_end(seq, &mut total, next, &tx).await {
                         return;
                     }
-                    if let Some(from) = ahead.scan_from() {
+                    if let Some(mut from) = ahead.scan_from() {
+                        if std::mem::take(&mut hinted) {
+                            coalesce(hinted_at, ELSEWHERE_PACE).await;
+                            hinted_at = Some(tokio::time::Instant::now());
+                            // The hints of the pause are answered by this read.
+                            if let Some(e) = elsewhere.as_mut() {
+                                e.borrow_and_update();
+                            }
+                            // Groups received meanwhile are not read again.
+                            while let Ok(group) = receiver.try_recv() {
+                                ahead.group(&group);
+                            }
+                            match ahead.scan_from() {
+                                Some(f) => from = f,
+                                None => continue,
+                            }
+                        }
                         match jobs.store.results_after(seq, from, READ).await {
                             Ok(found) => ahead.scanned(found, READ),
                             Err(e) => {
@@ -170,7 +193,10 @@ impl Jobs {
                     };
                     tokio::select! {
                         // Stored by another coordinator: read the store.
-                        true = elsewhere => ahead.missed(),
+                        true = elsewhere => {
+                            hinted = true;
+                            ahead.missed();
+                        }
                         group = receiver.recv() => match group {
                             Ok(group) => ahead.group(&group),
                             Err(broadcast::error::RecvError::Lagged(_)) => ahead.missed(),

@@ -38,6 +38,10 @@ use crate::error::ServerError;
 /// and a run with no free window looks again.
 const SHARE_TICK: Duration = Duration::from_secs(1);
 
+/// A coordinator on a shared store reads the unfinished jobs at most this
+/// often on hints of jobs begun or ended elsewhere.
+const SYNC_PACE: Duration = Duration::from_millis(50);
+
 /// Groups a follower may fall behind the writer before it reads the store
 /// instead.
 const LIVE_GROUPS: usize = 64;
@@ -320,14 +324,13 @@ impl Jobs {
         let mut wakes = shared.wakes();
         let mut tick = tokio::time::interval(SHARE_TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut synced_at = None;
         loop {
             let renew = tokio::select! {
                 _ = tick.tick() => true,
                 wake = wakes.recv() => match wake {
                     Ok(Wake::Results(job)) => {
-                        if let Some(run) = self.runs.get(&job) {
-                            run.elsewhere.send_modify(|n| *n += 1);
-                        }
+                        self.results_elsewhere(job);
                         continue;
                     }
                     Ok(Wake::Jobs) | Err(broadcast::error::RecvError::Lagged(_)) => false,
@@ -339,10 +342,30 @@ impl Jobs {
                 if let Err(e) = shared.renew(shared.holder(), self.limits.lease).await {
                     tracing::warn!(error = %e, "cannot renew this coordinator's leases");
                 }
+            } else {
+                // Hints of jobs close together make one read: the pause,
+                // then what came meanwhile.
+                super::writer::coalesce(synced_at, SYNC_PACE).await;
+                loop {
+                    match wakes.try_recv() {
+                        Ok(Wake::Results(job)) => self.results_elsewhere(job),
+                        Ok(Wake::Jobs) | Err(broadcast::error::TryRecvError::Lagged(_)) => {}
+                        Err(_) => break,
+                    }
+                }
             }
+            synced_at = Some(tokio::time::Instant::now());
             if let Err(e) = self.sync().await {
                 tracing::debug!(error = %e, "cannot look for jobs begun or ended elsewhere");
             }
+        }
+    }
+
+    /// Tells the followers here of job `job` that results of it were stored
+    /// by another coordinator.
+    fn results_elsewhere(&self, job: i64) {
+        if let Some(run) = self.runs.get(&job) {
+            run.elsewhere.send_modify(|n| *n += 1);
         }
     }
 
