@@ -5,12 +5,13 @@
 //! instead of reading back what was just written, and reads the store only
 //! for what it may have missed.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use colball_proto::egress;
 use colball_solver::order::InOrder;
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{broadcast, mpsc};
 
 use super::run::Live;
 use super::store::WINDOW;
@@ -33,26 +34,53 @@ const READ: usize = WINDOW;
 /// at most this often: the hints of several of its writes make one read.
 const ELSEWHERE_PACE: Duration = Duration::from_millis(100);
 
+/// The windows a hint names that a follower keeps, from the first it
+/// has not passed (a hint of every window keeps this many).
+const HINTED: u64 = 64;
+
 /// What a follower of a running job in input order holds beyond the next
 /// result due: results that came ahead of it (from the writer's groups or
-/// the store), at most `cap` of them, and where the store may hold
-/// results that it has not seen (stored before it subscribed, missed, or
-/// let go when full).
+/// the store), at most `cap` of them, where the store may hold results
+/// that it has not seen (stored before it subscribed, missed, or let go
+/// when full), and the windows (of `window` results) that another
+/// coordinator stored results in since the follower last read them. Those
+/// are read once they are due: while the next result due is in a window
+/// of this coordinator's, its groups bring it and the hints of the
+/// others' windows wait.
 #[derive(Clone, Debug)]
 struct Ahead {
     order: InOrder<egress::PuzzleResult>,
     scan: Option<u64>,
     cap: usize,
+    window: u64,
+    hinted: BTreeSet<u64>,
 }
 
 impl Ahead {
     /// From `next`, just subscribed: what is already stored is scanned.
-    fn new(next: u64, cap: usize) -> Ahead {
+    fn new(next: u64, cap: usize, window: u64) -> Ahead {
         Ahead {
             order: InOrder::starting_at(next),
             scan: Some(next),
             cap,
+            window,
+            hinted: BTreeSet::new(),
         }
+    }
+
+    /// Another coordinator stored results in windows `first..=last`.
+    fn hint(&mut self, first: u64, last: u64) {
+        let first = first.max(self.next() / self.window);
+        if first <= last {
+            self.hinted
+                .extend(first..=last.min(first.saturating_add(HINTED - 1)));
+        }
+    }
+
+    /// Whether the window of the next result due was hinted since it was
+    /// last read: the store is to be read from the next result due.
+    fn due(&self) -> bool {
+        self.hinted.contains(&(self.next() / self.window))
     }
 
     /// The next result due, if it is here.
@@ -74,15 +102,27 @@ impl Ahead {
             .map(|at| at.max(self.next()))
     }
 
-    /// What a read from [`Self::scan_from`] found, in index order, at most
-    /// `limit`: fewer means nothing more is stored beyond.
-    fn scanned(&mut self, found: Vec<egress::PuzzleResult>, limit: usize) {
+    /// What a read from `from` ([`Self::scan_from`]) found, in index
+    /// order, at most `limit`: fewer means nothing more is stored beyond.
+    /// The hints of the windows from `from`'s on are answered: what the
+    /// read did not reach is scanned next (as room allows).
+    fn scanned(&mut self, from: u64, found: Vec<egress::PuzzleResult>, limit: usize) {
         self.scan = (found.len() == limit)
             .then(|| found.last().map(|r| r.index + 1))
             .flatten();
         for r in found {
             self.keep(r);
         }
+        // A window is answered from its start, or from the next due (what
+        // is before it has been passed on).
+        let w = self.window;
+        let first = if from % w == 0 || from <= self.next() {
+            from / w
+        } else {
+            from / w + 1
+        };
+        let next = self.next() / w;
+        self.hinted.retain(|&h| h >= next && h < first);
     }
 
     /// A group the writer stored.
@@ -139,14 +179,16 @@ impl Jobs {
             let mut live: Option<(broadcast::Receiver<Live>, Ahead)> = None;
             // On a shared store: hints of results stored by another
             // coordinator (they never pass through this one's writer).
-            let mut elsewhere: Option<watch::Receiver<u64>> = None;
+            let mut elsewhere: Option<broadcast::Receiver<(u64, u64)>> = None;
             // Whether the next scan is for such a hint, and when the last
             // such scan was.
             let (mut hinted, mut hinted_at) = (false, None);
-            // While following them, the store is read again every half second
-            // whatever the traffic, should a group have gone by unseen.
+            // While following them, the store is read again each half second
+            // the follower did not move on, should a group or a hint have
+            // gone by unseen.
             let mut safety = tokio::time::interval(Duration::from_millis(500));
             safety.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut ticked_at = next;
             loop {
                 if let Some((receiver, ahead)) = live.as_mut() {
                     while let Some(r) = ahead.pop() {
@@ -158,13 +200,23 @@ impl Jobs {
                     if jobs.at_end(seq, &mut total, next, &tx).await {
                         return;
                     }
+                    if !hinted && ahead.due() {
+                        hinted = true;
+                        ahead.missed();
+                    }
                     if let Some(mut from) = ahead.scan_from() {
                         if std::mem::take(&mut hinted) {
                             coalesce(hinted_at, ELSEWHERE_PACE).await;
                             hinted_at = Some(tokio::time::Instant::now());
                             // The hints of the pause are answered by this read.
-                            if let Some(e) = elsewhere.as_mut() {
-                                e.borrow_and_update();
+                            while let Some(hint) = elsewhere.as_mut().map(|e| e.try_recv()) {
+                                match hint {
+                                    Ok((first, last)) => ahead.hint(first, last),
+                                    Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                                        ahead.missed()
+                                    }
+                                    Err(_) => break,
+                                }
                             }
                             // Groups received meanwhile are not read again.
                             while let Ok(group) = receiver.try_recv() {
@@ -176,7 +228,7 @@ impl Jobs {
                             }
                         }
                         match jobs.store.results_after(seq, from, READ).await {
-                            Ok(found) => ahead.scanned(found, READ),
+                            Ok(found) => ahead.scanned(from, found, READ),
                             Err(e) => {
                                 let _ = tx.send(Err(e.into())).await;
                                 return;
@@ -185,18 +237,22 @@ impl Jobs {
                         continue;
                     }
                     let mut ended_run = false;
-                    let elsewhere = async {
+                    let hint = async {
                         match elsewhere.as_mut() {
-                            Some(e) => e.changed().await.is_ok(),
+                            Some(e) => e.recv().await,
                             None => std::future::pending().await,
                         }
                     };
                     tokio::select! {
-                        // Stored by another coordinator: read the store.
-                        true = elsewhere => {
-                            hinted = true;
-                            ahead.missed();
-                        }
+                        // Stored by another coordinator: read once due.
+                        hint = hint => match hint {
+                            Ok((first, last)) => ahead.hint(first, last),
+                            Err(broadcast::error::RecvError::Lagged(_)) => {
+                                hinted = true;
+                                ahead.missed();
+                            }
+                            Err(broadcast::error::RecvError::Closed) => elsewhere = None,
+                        },
                         group = receiver.recv() => match group {
                             Ok(group) => ahead.group(&group),
                             Err(broadcast::error::RecvError::Lagged(_)) => ahead.missed(),
@@ -205,7 +261,11 @@ impl Jobs {
                             Err(broadcast::error::RecvError::Closed) => ended_run = true,
                         },
                         // Should a group go astray, the store has it.
-                        _ = safety.tick() => ahead.missed(),
+                        _ = safety.tick() => {
+                            if ahead.next() == std::mem::replace(&mut ticked_at, ahead.next()) {
+                                ahead.missed();
+                            }
+                        }
                         () = tx.closed() => return,
                         () = jobs.scheduler.shutdown.cancelled() => {
                             let _ = tx.send(Err(JobError::ShuttingDown)).await;
@@ -216,6 +276,17 @@ impl Jobs {
                         live = None;
                     }
                     continue;
+                }
+                // Following a running job in input order: the writer's groups
+                // from now on, and what was stored before is scanned.
+                if follow && !ended && !row.any_order {
+                    if let Some(run) = jobs.runs.get(&seq) {
+                        live = Some((run.live.subscribe(), Ahead::new(next, EARLY, WINDOW as u64)));
+                        elsewhere = Some(run.elsewhere.subscribe());
+                        safety.reset();
+                        ticked_at = next;
+                        continue;
+                    }
                 }
                 gather(caught_up_at).await;
                 let read_at = tokio::time::Instant::now();
@@ -247,16 +318,6 @@ impl Jobs {
                 if ended || !follow {
                     return;
                 }
-                // Follow the writer's groups from here (input order only);
-                // what was stored before the subscription is scanned once.
-                if !row.any_order {
-                    if let Some(run) = jobs.runs.get(&seq) {
-                        live = Some((run.live.subscribe(), Ahead::new(next, EARLY)));
-                        elsewhere = Some(run.elsewhere.subscribe());
-                        safety.reset();
-                        continue;
-                    }
-                }
                 // Wait for more to be stored (or the job to end).
                 let watched = jobs
                     .runs
@@ -277,7 +338,7 @@ impl Jobs {
                 stored.borrow_and_update();
                 tokio::select! {
                     _ = stored.changed() => {}
-                    _ = stored_elsewhere.changed() => {}
+                    _ = stored_elsewhere.recv() => {}
                     () = tokio::time::sleep(Duration::from_millis(500)) => {}
                     () = tx.closed() => return,
                     () = jobs.scheduler.shutdown.cancelled() => {
@@ -360,12 +421,25 @@ mod tests {
         }
     }
 
+    /// How a stored group reaches the follower.
+    #[derive(Clone, Copy, Debug)]
+    enum Delivery {
+        /// From this coordinator's writer.
+        Live,
+        /// Lost (lag, reported).
+        Lost,
+        /// Stored by another coordinator: a hint of its windows.
+        Elsewhere,
+    }
+
     /// One step of a job's life as a follower sees it.
     #[derive(Clone, Debug)]
     enum Op {
-        /// The writer stores the results of these (not yet stored) picks,
-        /// and the group reaches the follower or is lost (lag, reported).
-        Store { picks: Vec<usize>, delivered: bool },
+        /// A writer stores the results of these (not yet stored) picks.
+        Store {
+            picks: Vec<usize>,
+            delivery: Delivery,
+        },
         /// The follower passes on what is due.
         Pop,
         /// The follower reads the store, if it wants to.
@@ -374,11 +448,36 @@ mod tests {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            3 => (proptest::collection::vec(0usize..1000, 1..12), proptest::bool::weighted(0.8))
-                .prop_map(|(picks, delivered)| Op::Store { picks, delivered }),
+            3 => (
+                proptest::collection::vec(0usize..1000, 1..12),
+                prop_oneof![
+                    3 => Just(Delivery::Live),
+                    1 => Just(Delivery::Lost),
+                    3 => Just(Delivery::Elsewhere),
+                ],
+            )
+                .prop_map(|(picks, delivery)| Op::Store { picks, delivery }),
             2 => Just(Op::Pop),
             2 => Just(Op::Scan),
         ]
+    }
+
+    /// The follower's read of the store, if it wants one (as its loop:
+    /// from the next due once its window is hinted); whether it read.
+    fn scan(ahead: &mut Ahead, stored: &BTreeSet<u64>, limit: usize) -> bool {
+        if ahead.due() {
+            ahead.missed();
+        }
+        let Some(from) = ahead.scan_from() else {
+            return false;
+        };
+        let found = stored
+            .range(from..)
+            .take(limit)
+            .map(|&i| result(i))
+            .collect();
+        ahead.scanned(from, found, limit);
+        true
     }
 
     /// The follower's steps until it can take none: pass on, then read.
@@ -387,25 +486,51 @@ mod tests {
             while let Some(r) = ahead.pop() {
                 emitted.push(r.index);
             }
-            let Some(from) = ahead.scan_from() else {
+            if !scan(ahead, stored, limit) {
                 return;
-            };
-            let found = stored
-                .range(from..)
-                .take(limit)
-                .map(|&i| result(i))
-                .collect();
-            ahead.scanned(found, limit);
+            }
         }
+    }
+
+    /// Results stored elsewhere in a window after the next due's are read
+    /// once the follower reaches that window, in one read, not at each
+    /// hint.
+    #[test]
+    fn hints_of_windows_not_due_wait_until_they_are() {
+        let stored: BTreeSet<u64> = (0..8).collect();
+        let mut ahead = Ahead::new(0, 8, 4);
+        ahead.scanned(0, Vec::new(), 4);
+        // Window 0 is this coordinator's; another writes window 1.
+        for _ in 0..3 {
+            ahead.hint(1, 1);
+            assert!(!ahead.due());
+            assert_eq!(ahead.scan_from(), None, "read before it is due");
+        }
+        ahead.group(&(0..4).map(result).collect::<Vec<_>>());
+        let mut emitted = Vec::new();
+        while let Some(r) = ahead.pop() {
+            emitted.push(r.index);
+        }
+        assert!(ahead.due(), "window 1 is due and was hinted");
+        assert!(scan(&mut ahead, &stored, 4));
+        assert!(!ahead.due());
+        while let Some(r) = ahead.pop() {
+            emitted.push(r.index);
+        }
+        assert_eq!(emitted, (0..8).collect::<Vec<_>>());
+        // A hint of every window (an older coordinator's) reads at once.
+        ahead.hint(0, u64::MAX);
+        assert!(ahead.due());
     }
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
         /// Whatever the order results are stored in, groups lost or not,
-        /// and however small the room ahead: the follower passes on every
-        /// result once, in input order, holds at most its room, and never
-        /// waits for a result already stored (no timer needed).
+        /// stored here or elsewhere, and however small the room ahead and
+        /// the windows: the follower passes on every result once, in input
+        /// order, holds at most its room, and never waits for a result
+        /// already stored (no timer needed).
         #[test]
         fn a_follower_passes_on_every_stored_result_once_in_order(
             total in 1u64..60,
@@ -413,6 +538,7 @@ mod tests {
             ops in proptest::collection::vec(op(), 0..60),
             cap in 1usize..8,
             limit in 1usize..6,
+            window in 1u64..9,
         ) {
             let mut stored = BTreeSet::new();
             let mut unstored: Vec<u64> = (0..total).collect();
@@ -430,16 +556,21 @@ mod tests {
             };
             // Stored before the follower subscribed.
             take(&before, &mut stored);
-            let mut ahead = Ahead::new(0, cap);
+            let mut ahead = Ahead::new(0, cap, window);
             let mut emitted = Vec::new();
             for op in ops {
                 match op {
-                    Op::Store { picks, delivered } => {
+                    Op::Store { picks, delivery } => {
                         let group: Vec<_> = take(&picks, &mut stored).into_iter().map(result).collect();
-                        if delivered {
-                            ahead.group(&group);
-                        } else {
-                            ahead.missed();
+                        match delivery {
+                            Delivery::Live => ahead.group(&group),
+                            Delivery::Lost => ahead.missed(),
+                            Delivery::Elsewhere => {
+                                let wins = group.iter().map(|r| r.index / window);
+                                if let (Some(first), Some(last)) = (wins.clone().min(), wins.max()) {
+                                    ahead.hint(first, last);
+                                }
+                            }
                         }
                     }
                     Op::Pop => {
@@ -448,10 +579,7 @@ mod tests {
                         }
                     }
                     Op::Scan => {
-                        if let Some(from) = ahead.scan_from() {
-                            let found = stored.range(from..).take(limit).map(|&i| result(i)).collect();
-                            ahead.scanned(found, limit);
-                        }
+                        scan(&mut ahead, &stored, limit);
                     }
                 }
                 prop_assert!(ahead.order.held() <= cap, "{} held ahead", ahead.order.held());

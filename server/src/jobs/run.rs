@@ -54,9 +54,10 @@ pub struct Run {
     pub(super) stored: watch::Sender<u64>,
     pub(super) live: broadcast::Sender<Live>,
     pub(super) upload: watch::Sender<Upload>,
-    /// Counts hints that results of the job were stored by another
-    /// coordinator (on a shared store), to wake its followers here.
-    pub(super) elsewhere: watch::Sender<u64>,
+    /// Hints that results of the job were stored by another coordinator
+    /// (on a shared store) in the windows `.0..=.1`, to wake its followers
+    /// here.
+    pub(super) elsewhere: broadcast::Sender<(u64, u64)>,
     /// The job's key, held while the run lives.
     _key: Option<KeyHold>,
 }
@@ -189,13 +190,15 @@ impl Windows<'_> {
 
 impl Jobs {
     /// Starts running job `seq`, of which `stored` results are stored and
-    /// `upload` puzzles.
+    /// `upload` puzzles; `row` is its row if just read (else the run reads
+    /// it).
     pub(super) fn start_run(
         self: &Arc<Self>,
         seq: i64,
         stored: u64,
         upload: Upload,
         key: Option<KeyHold>,
+        row: Option<JobRow>,
     ) {
         let run = Run {
             _key: key,
@@ -203,7 +206,7 @@ impl Jobs {
             stored: watch::channel(stored).0,
             live: broadcast::channel(LIVE_GROUPS).0,
             upload: watch::channel(upload).0,
-            elsewhere: watch::channel(0).0,
+            elsewhere: broadcast::channel(LIVE_GROUPS).0,
         };
         let cancel = run.cancel.clone();
         match self.runs.entry(seq) {
@@ -214,7 +217,8 @@ impl Jobs {
             }
         }
         let span = tracing::info_span!("job", job = %self.store.job_id(seq));
-        self.scheduler.spawn(span, self.clone().feed(seq, cancel));
+        self.scheduler
+            .spawn(span, self.clone().feed(seq, cancel, row));
     }
 
     /// Stops job `seq`'s run, if it runs.
@@ -329,8 +333,8 @@ impl Jobs {
             let renew = tokio::select! {
                 _ = tick.tick() => true,
                 wake = wakes.recv() => match wake {
-                    Ok(Wake::Results(job)) => {
-                        self.results_elsewhere(job);
+                    Ok(Wake::Results { job, first, last }) => {
+                        self.results_elsewhere(job, first, last);
                         continue;
                     }
                     Ok(Wake::Jobs) | Err(broadcast::error::RecvError::Lagged(_)) => false,
@@ -348,7 +352,9 @@ impl Jobs {
                 super::writer::coalesce(synced_at, SYNC_PACE).await;
                 loop {
                     match wakes.try_recv() {
-                        Ok(Wake::Results(job)) => self.results_elsewhere(job),
+                        Ok(Wake::Results { job, first, last }) => {
+                            self.results_elsewhere(job, first, last);
+                        }
                         Ok(Wake::Jobs) | Err(broadcast::error::TryRecvError::Lagged(_)) => {}
                         Err(_) => break,
                     }
@@ -362,10 +368,10 @@ impl Jobs {
     }
 
     /// Tells the followers here of job `job` that results of it were stored
-    /// by another coordinator.
-    fn results_elsewhere(&self, job: i64) {
+    /// by another coordinator in its windows `first..=last`.
+    fn results_elsewhere(&self, job: i64, first: u64, last: u64) {
         if let Some(run) = self.runs.get(&job) {
-            run.elsewhere.send_modify(|n| *n += 1);
+            let _ = run.elsewhere.send((first, last));
         }
     }
 
@@ -404,25 +410,31 @@ impl Jobs {
             valid: row.puzzles,
             sealed: true,
         };
-        self.start_run(row.seq, row.solved + row.errors, upload, None);
+        self.start_run(row.seq, row.solved + row.errors, upload, None, Some(row));
     }
 
     /// Feeds a job's puzzles to the scheduler a window at a time, until
     /// every puzzle has a stored result or the job is cancelled. Watchers
     /// see the run as one batch (request `job`) of the puzzles it still
-    /// had to solve.
-    async fn feed(self: Arc<Self>, seq: i64, cancel: CancellationToken) {
-        let Ok(Some(row)) = self
-            .patiently("starting a job's run", Some(&cancel), || {
-                self.store.job(seq)
-            })
-            .await
-        else {
-            self.runs.remove(&seq);
-            return;
+    /// had to solve. `known` is the job's row if just read.
+    async fn feed(self: Arc<Self>, seq: i64, cancel: CancellationToken, known: Option<JobRow>) {
+        let row = match known {
+            Some(row) => row,
+            None => {
+                let Ok(Some(row)) = self
+                    .patiently("starting a job's run", Some(&cancel), || {
+                        self.store.job(seq)
+                    })
+                    .await
+                else {
+                    self.runs.remove(&seq);
+                    return;
+                };
+                row
+            }
         };
         let priority = Priority::from_wire(row.priority, Priority::Bulk).unwrap_or(Priority::Bulk);
-        if row.state != JobState::Receiving {
+        if !matches!(row.state, JobState::Receiving | JobState::Running) {
             // A job still arriving becomes RUNNING when it is sealed.
             let _ = self.store.set_state(seq, JobState::Running, "", 0).await;
         }

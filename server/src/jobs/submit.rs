@@ -6,7 +6,9 @@
 //! stored and follows the chunks as they come, so the workers solve while
 //! the rest of a large job is still arriving. The job is acknowledged (and
 //! readable) once every puzzle is stored; an upload that fails stops the
-//! run and deletes the job and its results.
+//! run and deletes the job and its results. On a shared store, chunks
+//! after the first that come close together are stored as one (a
+//! statement a few windows long).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,9 +20,18 @@ use tokio_stream::{Stream, StreamExt};
 use super::keys::{KeyHold, check_key};
 use super::quotas::Held;
 use super::run::Upload;
-use super::store::{Entry, JobRow, NewJob};
+use super::store::{Entry, JobRow, NewJob, WINDOW};
 use super::{JobError, Jobs, SubmitError};
 use crate::coordinator::events;
+
+/// Puzzles of an upload's chunks that come close together stored in one
+/// write to a shared store, at most (beyond its first chunk, which starts
+/// the run at once). A store of the coordinator's own writes each chunk:
+/// its writes are cheap, and the coordinator's memory holds one chunk.
+const GATHER: usize = 4 * WINDOW;
+
+/// How long a chunk waits for the next one to be stored with it.
+const GATHER_WAIT: Duration = Duration::from_millis(20);
 
 impl Jobs {
     /// Stores a job of `client` from chunks of puzzles and starts it; the
@@ -30,8 +41,9 @@ impl Jobs {
         self: &Arc<Self>,
         client: &str,
         options: v1::JobOptions,
-        mut chunks: impl Stream<Item = Result<Vec<Entry>, E>> + Unpin,
+        chunks: impl Stream<Item = Result<Vec<Entry>, E>> + Unpin,
     ) -> Result<JobRow, SubmitError<E>> {
+        let mut chunks = chunks.fuse();
         let priority = Priority::from_wire(options.priority, Priority::Bulk).ok_or_else(|| {
             JobError::Invalid(format!(
                 "field priority: {} names no priority class",
@@ -104,6 +116,15 @@ impl Jobs {
                     continue;
                 }
                 let count = upload.puzzles;
+                if count > 0 && self.store.shared().is_some() {
+                    let until = tokio::time::Instant::now() + GATHER_WAIT;
+                    while chunk.len() < GATHER {
+                        match tokio::time::timeout_at(until, chunks.next()).await {
+                            Ok(Some(more)) => chunk.extend(more.map_err(SubmitError::Upload)?),
+                            Ok(None) | Err(_) => break,
+                        }
+                    }
+                }
                 let n = chunk.len() as u64;
                 if options.puzzles != 0 && count + n > options.puzzles {
                     return Err(JobError::Invalid(format!(
@@ -142,7 +163,7 @@ impl Jobs {
                 upload.valid += valid;
                 if count == 0 {
                     // The run starts with the first chunk.
-                    self.start_run(seq, n - valid, upload, unsealed.key.take());
+                    self.start_run(seq, n - valid, upload, unsealed.key.take(), None);
                 } else {
                     if let Some(run) = self.runs.get(&seq) {
                         run.upload.send_replace(upload);

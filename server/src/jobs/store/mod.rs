@@ -282,13 +282,14 @@ pub enum Finished {
 }
 
 /// A hint that something changed in a shared store, from another
-/// coordinator (PostgreSQL's `NOTIFY`): a job appeared or ended, or
-/// results of job `.0` were stored. Hints may be lost; polling stands
-/// behind them.
+/// coordinator (PostgreSQL's `NOTIFY`; a coordinator does not hear its
+/// own): a job appeared or ended, or results of job `job` were stored in
+/// its windows `first..=last`. Hints may be lost; polling stands behind
+/// them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wake {
     Jobs,
-    Results(i64),
+    Results { job: i64, first: u64, last: u64 },
 }
 
 /// What a [`SharedStore::rescue`] did.

@@ -559,7 +559,10 @@ impl PostgresStore {
     /// Tells the other coordinators that a job appeared or ended.
     async fn hint_jobs(&self, client: &deadpool_postgres::Object) -> Result<(), StoreError> {
         client
-            .execute("SELECT pg_notify($1, 'jobs')", &[&CHANNEL])
+            .execute(
+                "SELECT pg_notify($1, $2)",
+                &[&CHANNEL, &jobs_hint(self.holder_key)],
+            )
             .await
             .map_err(backend)?;
         Ok(())
@@ -814,7 +817,7 @@ async fn session_once(
         let mut tick = tokio::time::interval(LEADER_TRY);
         loop {
             tokio::select! {
-                hint = hints.recv() => match hint.as_deref().and_then(parse_hint) {
+                hint = hints.recv() => match hint.as_deref().and_then(|h| parse_hint(h, me.holder_key)) {
                     Some(wake) => { let _ = wakes.send(wake); }
                     None if hint.is_none() => return Ok(()),
                     None => {}
@@ -842,12 +845,44 @@ async fn session_once(
     }
 }
 
-/// A hint's payload: `jobs`, or `r` and a job's number.
-fn parse_hint(payload: &str) -> Option<Wake> {
-    if payload == "jobs" {
-        return Some(Wake::Jobs);
+/// The payload of a hint that a job appeared or ended, from the
+/// coordinator whose live key is `origin`.
+fn jobs_hint(origin: i32) -> String {
+    format!("jobs:{origin}")
+}
+
+/// The payload of a hint that results of job `job` were stored in its
+/// windows `wins` (not empty) by the coordinator whose live key is
+/// `origin`.
+fn results_hint(job: i64, wins: &[i64], origin: i32) -> String {
+    let first = wins.iter().min().copied().unwrap_or(0);
+    let last = wins.iter().max().copied().unwrap_or(0);
+    format!("r{job}:{first}-{last}:{origin}")
+}
+
+/// A hint's payload ([`jobs_hint`], [`results_hint`]) as a wake for the
+/// coordinator whose live key is `me`: none for its own hints, nor for a
+/// payload it cannot read. A payload without windows or origin (`jobs`,
+/// `r` and a job's number) is read as every window's, from another.
+fn parse_hint(payload: &str, me: i32) -> Option<Wake> {
+    let mine = |origin: Option<&str>| origin.is_some_and(|o| o.parse() == Ok(me));
+    if let Some(rest) = payload.strip_prefix("jobs") {
+        let origin = rest.strip_prefix(':');
+        return (rest.is_empty() || origin.is_some() && !mine(origin)).then_some(Wake::Jobs);
     }
-    payload.strip_prefix('r')?.parse().ok().map(Wake::Results)
+    let mut parts = payload.strip_prefix('r')?.splitn(3, ':');
+    let job = parts.next()?.parse().ok()?;
+    let (first, last) = match parts.next() {
+        None => (0, u64::MAX),
+        Some(wins) => {
+            let (first, last) = wins.split_once('-')?;
+            (first.parse().ok()?, last.parse().ok()?)
+        }
+    };
+    if mine(parts.next()) || first > last {
+        return None;
+    }
+    Some(Wake::Results { job, first, last })
 }
 
 /// The bytes the jobs hold, as `--max-store-mib` counts them.
@@ -971,6 +1006,7 @@ async fn put_locked(
     job: i64,
     results: &[Fenced<'_>],
     seen: &mut Vec<((i64, u64), Seen)>,
+    origin: i32,
 ) -> Result<Vec<bool>, StoreError> {
     let Some(stored) = tx
         .query_opt(
@@ -1071,10 +1107,22 @@ async fn put_locked(
              j AS ( \
                UPDATE colball_jobs SET solved = solved + $9, errors = errors + $10, \
                  stored = $11, bytes = bytes + $12 WHERE seq = $1 RETURNING seq) \
-             SELECT pg_notify($13, 'r' || seq) FROM j",
+             SELECT pg_notify($13, $14) FROM j",
             &[
-                &job, &pos, &n, &win, &lo, &hi, &body, &got, &solved, &errors, &next, &bytes,
+                &job,
+                &pos,
+                &n,
+                &win,
+                &lo,
+                &hi,
+                &body,
+                &got,
+                &solved,
+                &errors,
+                &next,
+                &bytes,
                 &CHANNEL,
+                &results_hint(job, &win, origin),
             ],
         )
         .await
@@ -1154,6 +1202,7 @@ async fn put_seen(
     held: &Mutex<HashMap<(i64, u64), Seen>>,
     job: i64,
     results: &[Fenced<'_>],
+    origin: i32,
 ) -> Result<Option<Vec<bool>>, StoreError> {
     let mut windows: BTreeMap<u64, (Seen, Vec<u8>, Group)> = BTreeMap::new();
     {
@@ -1238,10 +1287,24 @@ async fn put_seen(
                UPDATE colball_jobs j SET solved = j.solved + $11, errors = j.errors + $12, \
                  stored = j.stored + $13, bytes = j.bytes + $14 \
                FROM ok WHERE ok.ok AND j.seq = $1 RETURNING j.seq) \
-             SELECT ok.ok, (SELECT count(pg_notify($15, 'r' || seq)) FROM ju) FROM ok",
+             SELECT ok.ok, (SELECT count(pg_notify($15, $16)) FROM ju) FROM ok",
             &[
-                &job, &off, &n, &win, &lo, &hi, &body, &got, &epoch, &old, &solved, &errors, &next,
-                &bytes, &CHANNEL,
+                &job,
+                &off,
+                &n,
+                &win,
+                &lo,
+                &hi,
+                &body,
+                &got,
+                &epoch,
+                &old,
+                &solved,
+                &errors,
+                &next,
+                &bytes,
+                &CHANNEL,
+                &results_hint(job, &win, origin),
             ],
         )
         .await
@@ -1532,7 +1595,7 @@ impl JobStore for PostgresStore {
                 .map_err(backend)?;
             }
             if !errors.is_empty() {
-                put_locked(&tx, job, errors, &mut Vec::new()).await?;
+                put_locked(&tx, job, errors, &mut Vec::new(), self.holder_key).await?;
             }
             tx.execute(
                 "UPDATE colball_jobs SET puzzles = greatest(puzzles, $2), bytes = bytes + $3 \
@@ -1707,7 +1770,9 @@ impl JobStore for PostgresStore {
                 // A holder's own windows, each job in a statement.
                 let mut rest = BTreeMap::new();
                 for (job, at) in by_job {
-                    match put_seen(&**client, &self.held, job, &fenced(&at)).await? {
+                    match put_seen(&**client, &self.held, job, &fenced(&at), self.holder_key)
+                        .await?
+                    {
                         Some(fresh) => at.iter().zip(fresh).for_each(|(i, f)| new[*i] = f),
                         None => {
                             rest.insert(job, at);
@@ -1723,7 +1788,7 @@ impl JobStore for PostgresStore {
             self.room(&tx, more).await?;
             let mut seen = Vec::new();
             for (job, at) in &by_job {
-                let fresh = put_locked(&tx, *job, &fenced(at), &mut seen).await?;
+                let fresh = put_locked(&tx, *job, &fenced(at), &mut seen, self.holder_key).await?;
                 at.iter().zip(fresh).for_each(|(i, f)| new[*i] = f);
             }
             tx.commit().await.map_err(backend)?;
@@ -2129,6 +2194,38 @@ mod tests {
             .unwrap_or_else(|_| panic!("no {want:?} hint in 5 s"));
     }
 
+    /// A coordinator does not hear its own hints; a results hint names
+    /// its windows; the payloads without windows or origin are another's,
+    /// of every window.
+    #[test]
+    fn hints_are_read_for_others_with_their_windows() {
+        let me = 7;
+        assert_eq!(parse_hint(&jobs_hint(8), me), Some(Wake::Jobs));
+        assert_eq!(parse_hint(&jobs_hint(me), me), None);
+        assert_eq!(parse_hint("jobs", me), Some(Wake::Jobs));
+        let results = Wake::Results {
+            job: 12,
+            first: 3,
+            last: 5,
+        };
+        assert_eq!(
+            parse_hint(&results_hint(12, &[5, 3, 4], 8), me),
+            Some(results)
+        );
+        assert_eq!(parse_hint(&results_hint(12, &[3], me), me), None);
+        assert_eq!(
+            parse_hint("r12", me),
+            Some(Wake::Results {
+                job: 12,
+                first: 0,
+                last: u64::MAX
+            })
+        );
+        for bad in ["r", "rx", "r12:5-3:8", "r12:3:8", "jobsx", "hello"] {
+            assert_eq!(parse_hint(bad, me), None, "{bad}");
+        }
+    }
+
     fn window(claim: Claim) -> (u64, usize, bool) {
         match claim {
             Claim::Window {
@@ -2226,7 +2323,15 @@ mod tests {
             range.map(|i| (job, solved(i as u64))).collect::<Vec<_>>()
         };
         put(&a, results(0..WINDOW)).await;
-        wake(&mut heard_by_b, Wake::Results(job)).await;
+        wake(
+            &mut heard_by_b,
+            Wake::Results {
+                job,
+                first: 0,
+                last: 0,
+            },
+        )
+        .await;
         assert_eq!(
             b.finish(job, 0, epoch(&b, job, 0).await).await.unwrap(),
             Finished::Done
