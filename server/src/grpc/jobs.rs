@@ -150,9 +150,15 @@ impl JobsRpc for JobsService {
         // A job read by its key may still be growing: its stream always
         // follows it to its end.
         let (row, follow) = if request.id.is_empty() && !request.key.is_empty() {
-            (self.jobs.keyed(&request.key, &client).await?, true)
+            (
+                self.jobs.followed_by_key(&request.key, &client).await?,
+                true,
+            )
         } else {
-            (self.jobs.owned(&request.id, &client).await?, request.follow)
+            (
+                self.jobs.followed(&request.id, &client).await?,
+                request.follow,
+            )
         };
         let rx = self.jobs.results(row, request.from_index, follow);
         let results = ReceiverStream::new(rx).map(|r| r.map_err(Status::from));

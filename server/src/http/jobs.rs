@@ -429,11 +429,11 @@ async fn results(
     Path(id): Path<String>,
     Query(q): Query<ResultsQuery>,
 ) -> Response {
-    let row = match app.jobs.owned(&id, &client).await {
-        Ok(row) => row,
+    let job = match app.jobs.followed(&id, &client).await {
+        Ok(job) => job,
         Err(e) => return e.into_response(),
     };
-    let rx = app.jobs.results(row, q.from, q.follow);
+    let rx = app.jobs.results(job, q.from, q.follow);
     let format = q.format;
     let records = ReceiverStream::new(rx).map(move |r| {
         let record = match r {

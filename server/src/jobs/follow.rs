@@ -14,10 +14,10 @@ use colball_solver::order::InOrder;
 use tokio::sync::{broadcast, mpsc};
 
 use super::run::Live;
+use super::store::JobState;
 use super::store::WINDOW;
-use super::store::{JobRow, JobState};
 use super::writer::{coalesce, gather};
-use super::{JobError, Jobs};
+use super::{Followed, JobError, Jobs};
 
 /// Results ahead of the next one due that a follower keeps from the live
 /// groups (a slow puzzle holds the rest back); beyond, it reads the store
@@ -155,19 +155,19 @@ impl Jobs {
     /// waits for each until the last (see `Results`).
     pub fn results(
         self: &Arc<Self>,
-        row: JobRow,
+        row: Followed,
         from: u64,
         follow: bool,
     ) -> mpsc::Receiver<Result<egress::PuzzleResult, JobError>> {
         let (tx, rx) = mpsc::channel(256);
-        let span = tracing::info_span!("results", job = %row.id(), from);
+        let span = tracing::info_span!("results", job = %row.id, from);
         let jobs = self.clone();
         self.scheduler.spawn(span, async move {
             let seq = row.seq;
             let mut next = from;
             // The job's size, once its submission is sealed (a job followed
             // by its key while it is submitted grows until then).
-            let mut total = (row.state != JobState::Receiving).then_some(row.puzzles);
+            let mut total = row.total;
             // Set once the job has ended: what is stored is read to its end,
             // a batch at a time, and the stream ends.
             let mut ended = false;

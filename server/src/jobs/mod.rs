@@ -44,6 +44,28 @@ use progress::Speedometer;
 use run::Run;
 pub use store::{Entry, JobRow, JobState, JobStore, StoreError};
 
+/// A job whose results are to be read: its number and id, whether its
+/// results are kept in the order they were stored, and its size once its
+/// submission is sealed.
+#[derive(Clone, Debug)]
+pub struct Followed {
+    seq: i64,
+    id: String,
+    any_order: bool,
+    total: Option<u64>,
+}
+
+impl Followed {
+    fn of(row: &JobRow) -> Followed {
+        Followed {
+            seq: row.seq,
+            id: row.id(),
+            any_order: row.any_order,
+            total: (row.state != JobState::Receiving).then_some(row.puzzles),
+        }
+    }
+}
+
 use crate::coordinator::events;
 use crate::coordinator::{Config, Shared};
 use store::ToWrite;
@@ -231,6 +253,42 @@ impl Jobs {
         }
     }
 
+    /// The job `id` of `client` (as [`Self::owned`]) to read the results
+    /// of: answered by its run when it runs here, else by the store.
+    pub async fn followed(&self, id: &str, client: &str) -> Result<Followed, JobError> {
+        let run = self
+            .store
+            .job_seq(id)
+            .and_then(|seq| self.running(seq, client));
+        match run {
+            Some(f) if f.total.is_some() => Ok(f),
+            _ => Ok(Followed::of(&self.owned(id, client).await?)),
+        }
+    }
+
+    /// The job of `client` submitted with `key` (as [`Self::keyed`]) to
+    /// read the results of, by its run when it runs here.
+    pub async fn followed_by_key(&self, key: &str, client: &str) -> Result<Followed, JobError> {
+        check_key(key, "key")?;
+        let seq = self.keys.find(client, key).await?;
+        match self.running(seq, client) {
+            Some(f) => Ok(f),
+            None => Ok(Followed::of(&self.keyed(key, client).await?)),
+        }
+    }
+
+    /// Job `seq` as its run here knows it, if it runs here for `client`.
+    fn running(&self, seq: i64, client: &str) -> Option<Followed> {
+        let run = self.runs.get(&seq)?;
+        let upload = *run.upload.borrow();
+        (run.owner == client).then(|| Followed {
+            seq,
+            id: self.store.job_id(seq),
+            any_order: run.any_order,
+            total: upload.sealed.then_some(upload.puzzles),
+        })
+    }
+
     /// The job of `client` submitted with `key`, being submitted or run:
     /// waits a while for a submission that has not begun yet.
     pub async fn keyed(&self, key: &str, client: &str) -> Result<JobRow, JobError> {
@@ -272,10 +330,17 @@ impl Jobs {
 
     /// Cancels a job of `client` if needed and deletes it.
     pub async fn delete(&self, id: &str, client: &str) -> Result<(), JobError> {
-        let row = self.owned(id, client).await?;
-        self.stop(row.seq);
-        self.store.delete(row.seq).await?;
-        self.speed.forget(row.seq);
+        let seq = match self
+            .store
+            .job_seq(id)
+            .and_then(|seq| self.running(seq, client))
+        {
+            Some(f) if f.total.is_some() => f.seq,
+            _ => self.owned(id, client).await?.seq,
+        };
+        self.stop(seq);
+        self.store.delete(seq).await?;
+        self.speed.forget(seq);
         Ok(())
     }
 }

@@ -58,6 +58,10 @@ pub struct Run {
     /// (on a shared store) in the windows `.0..=.1`, to wake its followers
     /// here.
     pub(super) elsewhere: broadcast::Sender<(u64, u64)>,
+    /// The job's owner, and whether its results are kept in the order they
+    /// were stored (for its readers here).
+    pub(super) owner: String,
+    pub(super) any_order: bool,
     /// The job's key, held while the run lives.
     _key: Option<KeyHold>,
 }
@@ -189,18 +193,20 @@ impl Windows<'_> {
 }
 
 impl Jobs {
-    /// Starts running job `seq`, of which `stored` results are stored and
-    /// `upload` puzzles; `row` is its row if just read (else the run reads
-    /// it).
+    /// Starts running job `seq` of `owner`, of which `stored` results are
+    /// stored and `upload` puzzles; `row` is its row if just read (else the
+    /// run reads it).
     pub(super) fn start_run(
         self: &Arc<Self>,
-        seq: i64,
+        (seq, owner, any_order): (i64, &str, bool),
         stored: u64,
         upload: Upload,
         key: Option<KeyHold>,
         row: Option<JobRow>,
     ) {
         let run = Run {
+            owner: owner.to_string(),
+            any_order,
             _key: key,
             cancel: CancellationToken::new(),
             stored: watch::channel(stored).0,
@@ -410,7 +416,13 @@ impl Jobs {
             valid: row.puzzles,
             sealed: true,
         };
-        self.start_run(row.seq, row.solved + row.errors, upload, None, Some(row));
+        self.start_run(
+            (row.seq, &row.owner, row.any_order),
+            row.solved + row.errors,
+            upload,
+            None,
+            Some(row.clone()),
+        );
     }
 
     /// Feeds a job's puzzles to the scheduler a window at a time, until

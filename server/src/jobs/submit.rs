@@ -163,7 +163,13 @@ impl Jobs {
                 upload.valid += valid;
                 if count == 0 {
                     // The run starts with the first chunk.
-                    self.start_run(seq, n - valid, upload, unsealed.key.take(), None);
+                    self.start_run(
+                        (seq, client, options.any_order),
+                        n - valid,
+                        upload,
+                        unsealed.key.take(),
+                        None,
+                    );
                 } else {
                     if let Some(run) = self.runs.get(&seq) {
                         run.upload.send_replace(upload);
