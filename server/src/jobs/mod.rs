@@ -266,14 +266,18 @@ impl Jobs {
         }
     }
 
-    /// The job of `client` submitted with `key` (as [`Self::keyed`]) to
-    /// read the results of, by its run when it runs here.
+    /// The job of `client` submitted with `key`, being submitted or run,
+    /// to read the results of (by its run when it runs here): waits a
+    /// while for a submission that has not begun yet.
     pub async fn followed_by_key(&self, key: &str, client: &str) -> Result<Followed, JobError> {
         check_key(key, "key")?;
         let seq = self.keys.find(client, key).await?;
-        match self.running(seq, client) {
-            Some(f) => Ok(f),
-            None => Ok(Followed::of(&self.keyed(key, client).await?)),
+        if let Some(f) = self.running(seq, client) {
+            return Ok(f);
+        }
+        match self.store.job(seq).await? {
+            Some(row) if row.owner == client => Ok(Followed::of(&row)),
+            _ => Err(Keys::gone(key)),
         }
     }
 
@@ -287,17 +291,6 @@ impl Jobs {
             any_order: run.any_order,
             total: upload.sealed.then_some(upload.puzzles),
         })
-    }
-
-    /// The job of `client` submitted with `key`, being submitted or run:
-    /// waits a while for a submission that has not begun yet.
-    pub async fn keyed(&self, key: &str, client: &str) -> Result<JobRow, JobError> {
-        check_key(key, "key")?;
-        let seq = self.keys.find(client, key).await?;
-        match self.store.job(seq).await? {
-            Some(row) if row.owner == client => Ok(row),
-            _ => Err(Keys::gone(key)),
-        }
     }
 
     /// A job's status as clients see it: its row, with its pace (from the
@@ -330,14 +323,8 @@ impl Jobs {
 
     /// Cancels a job of `client` if needed and deletes it.
     pub async fn delete(&self, id: &str, client: &str) -> Result<(), JobError> {
-        let seq = match self
-            .store
-            .job_seq(id)
-            .and_then(|seq| self.running(seq, client))
-        {
-            Some(f) if f.total.is_some() => f.seq,
-            _ => self.owned(id, client).await?.seq,
-        };
+        // Owned by `client` (its run answers when it runs here).
+        let seq = self.followed(id, client).await?.seq;
         self.stop(seq);
         self.store.delete(seq).await?;
         self.speed.forget(seq);
