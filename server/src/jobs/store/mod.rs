@@ -11,6 +11,7 @@
 //! (`conformance` below).
 
 pub mod memory;
+mod packing;
 pub mod postgres;
 pub mod sqlite;
 

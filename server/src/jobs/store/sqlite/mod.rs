@@ -26,6 +26,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 pub(super) mod layout;
 mod schema;
 
+use super::packing;
 use layout::{index_of, job_keys, key};
 
 use super::{
@@ -322,7 +323,7 @@ impl Database {
                 .step_by(layout::CHUNK)
                 .zip(entries.chunks(layout::CHUNK))
             {
-                let (puzzles, ids) = layout::pack(part);
+                let (puzzles, ids) = packing::pack(part);
                 bytes += (puzzles.len() + ids.len()) as i64 + ROW_BYTES;
                 chunk.execute(params![key(job, at), puzzles, ids])?;
             }
@@ -520,7 +521,7 @@ impl Database {
                 let blob = |at| row.get_ref(at)?.as_blob().map_err(rusqlite::Error::from);
                 let (puzzles, ids) = (blob(1)?, blob(2)?);
                 let entries = (first..)
-                    .zip(layout::unpack(puzzles, ids))
+                    .zip(packing::unpack(puzzles, ids))
                     .skip_while(|(i, _)| *i < from);
                 for (index, entry) in entries {
                     if let Some((id, puzzle)) = entry {
@@ -1102,7 +1103,7 @@ mod tests {
             )
             .unwrap();
             for (n, chunk) in all.chunks(layout::CHUNK).enumerate() {
-                let (puzzles, ids) = layout::pack(chunk);
+                let (puzzles, ids) = packing::pack(chunk);
                 old.execute(
                     "INSERT INTO chunks VALUES (?1, ?2, ?3)",
                     params![key(1, (n * layout::CHUNK) as u64), puzzles, ids],
@@ -1127,7 +1128,7 @@ mod tests {
         let packed: usize = all
             .chunks(layout::CHUNK)
             .map(|c| {
-                let (puzzles, ids) = layout::pack(c);
+                let (puzzles, ids) = packing::pack(c);
                 puzzles.len() + ids.len()
             })
             .sum();

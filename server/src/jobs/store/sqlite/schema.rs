@@ -10,6 +10,7 @@ use rusqlite::{Connection, params};
 
 use super::layout::{self, CHUNK, key};
 use crate::jobs::store::Entry;
+use crate::jobs::store::packing;
 
 /// The schema version this build writes.
 pub const VERSION: i64 = 5;
@@ -224,7 +225,7 @@ fn chunk_puzzles(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
     let mut chunk: Option<(i64, u64, Vec<Entry>)> = None;
     let mut flush = |chunk: &mut Option<(i64, u64, Vec<Entry>)>| -> rusqlite::Result<()> {
         if let Some((job, first, entries)) = chunk.take() {
-            let (puzzles, ids) = layout::pack(&entries);
+            let (puzzles, ids) = packing::pack(&entries);
             insert.execute(params![key(job, first), puzzles, ids])?;
         }
         Ok(())
