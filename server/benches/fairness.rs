@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use colball_client::remote::{Client, Security};
 use colball_proto::{Secret, v1};
-use colball_server::coordinator::Config;
+use colball_server::coordinator::{AccessConfig, Config, SchedulingConfig};
 use colball_solver::{Puzzle, Size};
 use colball_testkit::LocalCluster;
 use tokio_stream::StreamExt;
@@ -71,8 +71,14 @@ async fn main() {
     )
     .unwrap();
     let config = Config {
-        cache_capacity: 0,
-        client_tokens_file: Some(tokens),
+        scheduling: SchedulingConfig {
+            cache_capacity: 0,
+            ..Config::default().scheduling
+        },
+        access: AccessConfig {
+            client_tokens_file: Some(tokens),
+            ..Config::default().access
+        },
         ..Config::default()
     };
     let cluster = LocalCluster::start(config, 2, 1).await.unwrap();
@@ -121,7 +127,7 @@ async fn main() {
     }
     // The abandoned batch's remaining work is cancelled; wait for it.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while cluster.shared.snapshot().0.pending > 0 && Instant::now() < deadline {
+    while cluster.scheduler.snapshot().0.pending > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 

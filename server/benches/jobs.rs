@@ -23,7 +23,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use colball_client::jobs::Jobs;
 use colball_client::remote::{Client, Security};
-use colball_server::coordinator::Config;
+use colball_server::coordinator::{Config, SchedulingConfig, StoreConfig};
 use colball_solver::{Puzzle, Size};
 use colball_testkit::LocalCluster;
 
@@ -138,7 +138,10 @@ async fn main() {
     let count4 = env("COUNT4", 2000);
     let n_small = env("SMALL", 400_000);
     let config = Config {
-        cache_capacity: 0,
+        scheduling: SchedulingConfig {
+            cache_capacity: 0,
+            ..Config::default().scheduling
+        },
         ..Config::default()
     };
     let cluster = LocalCluster::start(config.clone(), 1, threads)
@@ -168,7 +171,10 @@ async fn main() {
     let dir = std::env::temp_dir().join(format!("colball-bench-jobs-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let on_disk = Config {
-        data_dir: Some(dir.clone()),
+        store: StoreConfig {
+            data_dir: Some(dir.clone()),
+            ..config.store
+        },
         ..config
     };
     let cluster = LocalCluster::start(on_disk.clone(), 1, threads)

@@ -10,7 +10,9 @@
 //! - [`grpc`]: the gRPC services (client-facing `Solver` and `Jobs`,
 //!   worker-facing `Workers`, health, reflection);
 //! - [`worker`]: dials the coordinator, solves on a dedicated thread pool;
-//! - [`auth`]: optional client and worker tokens (tonic interceptors);
+//! - [`access`]: access at the edge: the tokens and each client's
+//!   requests in flight; [`auth`]: the token checks (tonic interceptors);
+//! - [`lifecycle`]: the shutdown token and the tasks shutdown waits for;
 //! - [`cache`]: the bounded result cache both use;
 //! - [`http`]: the coordinator's plain-HTTP endpoint: dashboard, health,
 //!   metrics, and the job API over plain HTTP;
@@ -23,6 +25,7 @@
 //! How it all fits together, and what happens when things fail, is in
 //! `docs/CLUSTER.md`.
 
+pub mod access;
 pub mod app;
 pub mod auth;
 pub mod cache;
@@ -31,6 +34,7 @@ pub mod error;
 pub mod grpc;
 pub mod http;
 pub mod jobs;
+pub mod lifecycle;
 pub mod shutdown;
 pub mod telemetry;
 pub mod worker;

@@ -68,37 +68,37 @@ struct CoordinatorArgs {
     http: Option<SocketAddr>,
     /// Most puzzles admitted and not yet answered, over all clients; a
     /// request over the limit gets RESOURCE_EXHAUSTED.
-    #[arg(long, default_value_t = defaults().max_pending)]
+    #[arg(long, default_value_t = defaults().scheduling.max_pending)]
     max_pending: usize,
     /// Most puzzles in one request; a larger one gets RESOURCE_EXHAUSTED.
-    #[arg(long, default_value_t = defaults().max_batch)]
+    #[arg(long, default_value_t = defaults().scheduling.max_batch)]
     max_batch: usize,
     /// Most requests in flight from one client, counted per IP address (all
     /// clients behind one proxy or NAT share it); one more gets
     /// RESOURCE_EXHAUSTED. 0: no limit.
-    #[arg(long, default_value_t = defaults().max_batches_per_client)]
+    #[arg(long, default_value_t = defaults().access.max_requests_per_client)]
     max_batches_per_client: usize,
     /// Times one puzzle is dispatched (after lost workers) before it gets an
     /// error result (1 to 65535).
-    #[arg(long, default_value_t = defaults().max_attempts)]
+    #[arg(long, default_value_t = defaults().scheduling.max_attempts)]
     max_attempts: u32,
     /// How often workers must send a heartbeat, in milliseconds; a worker
     /// silent for three intervals is declared lost and its puzzles go to
     /// other workers.
-    #[arg(long, default_value_t = defaults().heartbeat_interval.as_millis() as u64)]
+    #[arg(long, default_value_t = defaults().scheduling.heartbeat_interval.as_millis() as u64)]
     heartbeat_ms: u64,
     /// How long a request waits for a first worker before UNAVAILABLE, in
     /// seconds.
-    #[arg(long, default_value_t = defaults().worker_grace.as_secs_f64())]
+    #[arg(long, default_value_t = defaults().scheduling.worker_grace.as_secs_f64())]
     worker_grace_secs: f64,
     /// Entries of the result cache (a puzzle solved before is answered
     /// without dispatch); 0 turns it off.
-    #[arg(long, default_value_t = defaults().cache_capacity)]
+    #[arg(long, default_value_t = defaults().scheduling.cache_capacity)]
     cache_entries: usize,
     /// Cluster events kept in memory for watchers that resume from a
     /// sequence number (`colball watch`, the dashboard); about 200 bytes
     /// each once results fill them.
-    #[arg(long, default_value_t = defaults().events_retained)]
+    #[arg(long, default_value_t = defaults().scheduling.events_retained)]
     events_retained: usize,
     /// Require this token from clients (`colball solve --token`); calls
     /// without it get UNAUTHENTICATED. Off unless given. Prefer the file or
@@ -144,17 +144,17 @@ struct CoordinatorArgs {
     )]
     store_password_file: Option<PathBuf>,
     /// Most puzzles in one job (at most 4,294,967,295).
-    #[arg(long, default_value_t = defaults().max_job_puzzles)]
+    #[arg(long, default_value_t = defaults().store.max_job_puzzles)]
     max_job_puzzles: usize,
     /// Finished jobs (done, cancelled, failed) are deleted this long after
     /// they finished.
-    #[arg(long, default_value_t = defaults().job_retention.as_secs_f64() / 3600.0)]
+    #[arg(long, default_value_t = defaults().store.job_retention.as_secs_f64() / 3600.0)]
     job_retention_hours: f64,
     /// With --store, shared by several coordinators: how long a
     /// coordinator's claim on a window of a job's puzzles lasts unless it
     /// renews it (it does every second while it lives). When a coordinator
     /// dies, the others take its windows over once this runs out.
-    #[arg(long, default_value_t = defaults().job_lease.as_secs_f64())]
+    #[arg(long, default_value_t = defaults().store.job_lease.as_secs_f64())]
     job_lease_secs: f64,
     /// Refuse new jobs (RESOURCE_EXHAUSTED) once the job store's data
     /// takes this many MiB; the database may not grow past twice this, and
@@ -204,47 +204,47 @@ struct CoordinatorArgs {
     public_url: Option<String>,
     /// Results one request may leave unread before its remaining puzzles
     /// wait for its client to read.
-    #[arg(long, default_value_t = defaults().max_unread)]
+    #[arg(long, default_value_t = defaults().scheduling.max_unread)]
     max_unread: usize,
     /// Most solver slots one worker may register.
-    #[arg(long, default_value_t = defaults().max_worker_slots)]
+    #[arg(long, default_value_t = defaults().scheduling.max_worker_slots)]
     max_worker_slots: u32,
     /// A worker holding one task longer than this is stuck: it is dropped
     /// and its tasks go to others.
-    #[arg(long, default_value_t = defaults().task_timeout.as_secs_f64())]
+    #[arg(long, default_value_t = defaults().scheduling.task_timeout.as_secs_f64())]
     task_timeout_secs: f64,
     /// How long a worker whose answer failed the check may not register
     /// again.
-    #[arg(long, default_value_t = defaults().quarantine.as_secs_f64())]
+    #[arg(long, default_value_t = defaults().scheduling.quarantine.as_secs_f64())]
     quarantine_secs: f64,
     /// Fraction of answers re-solved on another worker to catch answers
     /// that are valid but not optimal (0: none; 1: every puzzle twice, the
     /// setting for workers nobody vouches for).
-    #[arg(long, default_value_t = defaults().audit_rate)]
+    #[arg(long, default_value_t = defaults().scheduling.audit_rate)]
     audit_rate: f64,
     /// Start a backup copy of a task on another worker (when nothing
     /// eligible is queued and one has free credit) once it is held this
     /// many times its board size's expected solve time (the p90 of recent
     /// verified answers); the first verified answer wins. 0: no backups.
-    #[arg(long, default_value_t = defaults().speculation.after)]
+    #[arg(long, default_value_t = defaults().scheduling.speculation.after)]
     backup_after: f64,
     /// Backups started in a minute stay under this fraction of the answers
     /// verified in it (at least 10 a minute are allowed).
-    #[arg(long, default_value_t = defaults().speculation.budget)]
+    #[arg(long, default_value_t = defaults().scheduling.speculation.budget)]
     backup_budget: f64,
     /// A worker is marked slow (dashboard, events) while every task it
     /// holds is past this many times its expected solve time.
-    #[arg(long, default_value_t = defaults().speculation.slow_after)]
+    #[arg(long, default_value_t = defaults().scheduling.speculation.slow_after)]
     slow_after: f64,
     /// A worker that answers nothing for this many times the expected
     /// solve time of what it holds (and at least --stuck-min-secs), while
     /// others answer, is stuck: dropped, its tasks go to others. Sizes
     /// never seen are left to --task-timeout-secs.
-    #[arg(long, default_value_t = defaults().speculation.stuck_after)]
+    #[arg(long, default_value_t = defaults().scheduling.speculation.stuck_after)]
     stuck_after: f64,
     /// The least time a worker must answer nothing before it is stuck
     /// (see --stuck-after), in seconds.
-    #[arg(long, default_value_t = defaults().speculation.stuck_min.as_secs_f64())]
+    #[arg(long, default_value_t = defaults().scheduling.speculation.stuck_min.as_secs_f64())]
     stuck_min_secs: f64,
     /// Require this token from workers (`colball-server worker --token`);
     /// without it a process cannot register as a worker. Off unless given.
@@ -398,60 +398,68 @@ impl TryFrom<&CoordinatorArgs> for coordinator::Config {
     type Error = anyhow::Error;
 
     fn try_from(args: &CoordinatorArgs) -> anyhow::Result<coordinator::Config> {
+        let scheduling = defaults().scheduling;
         Ok(coordinator::Config {
-            max_pending: args.max_pending,
-            max_batch: args.max_batch,
-            max_attempts: args.max_attempts,
-            heartbeat_interval: Duration::from_millis(args.heartbeat_ms),
-            worker_grace: secs("--worker-grace-secs", args.worker_grace_secs)?,
-            cache_capacity: args.cache_entries,
-            events_retained: args.events_retained,
-            max_batches_per_client: args.max_batches_per_client,
-            max_unread: args.max_unread,
-            max_worker_slots: args.max_worker_slots,
-            task_timeout: secs("--task-timeout-secs", args.task_timeout_secs)?,
-            quarantine: secs("--quarantine-secs", args.quarantine_secs)?,
-            audit_rate: args.audit_rate,
-            speculation: colball_core::Speculation {
-                after: args.backup_after,
-                budget: args.backup_budget,
-                slow_after: args.slow_after,
-                stuck_after: args.stuck_after,
-                stuck_min: secs("--stuck-min-secs", args.stuck_min_secs)?,
-                ..defaults().speculation
+            scheduling: coordinator::SchedulingConfig {
+                max_pending: args.max_pending,
+                max_batch: args.max_batch,
+                max_attempts: args.max_attempts,
+                heartbeat_interval: Duration::from_millis(args.heartbeat_ms),
+                worker_grace: secs("--worker-grace-secs", args.worker_grace_secs)?,
+                cache_capacity: args.cache_entries,
+                events_retained: args.events_retained,
+                max_unread: args.max_unread,
+                max_worker_slots: args.max_worker_slots,
+                task_timeout: secs("--task-timeout-secs", args.task_timeout_secs)?,
+                quarantine: secs("--quarantine-secs", args.quarantine_secs)?,
+                audit_rate: args.audit_rate,
+                speculation: colball_core::Speculation {
+                    after: args.backup_after,
+                    budget: args.backup_budget,
+                    slow_after: args.slow_after,
+                    stuck_after: args.stuck_after,
+                    stuck_min: secs("--stuck-min-secs", args.stuck_min_secs)?,
+                    ..scheduling.speculation
+                },
+                ..scheduling
             },
-            client_tokens_file: args.client_tokens_file.clone(),
-            client_quotas_file: args.client_quotas_file.clone(),
-            data_dir: args.data_dir.clone(),
-            store_url: args
-                .store
-                .as_deref()
-                .map(|url| Secret::new(url, "--store (or COLBALL_STORE)"))
-                .transpose()?,
-            store_password: Secret::from_sources(
-                None,
-                args.store_password_file.as_deref(),
-                "--store-password-file",
-            )?,
-            max_job_puzzles: args.max_job_puzzles,
-            job_retention: secs("--job-retention-hours", args.job_retention_hours * 3600.0)?,
-            job_lease: secs("--job-lease-secs", args.job_lease_secs)?,
-            max_store_bytes: args.max_store_mib.map(|m| m.saturating_mul(1 << 20)),
+            access: coordinator::AccessConfig {
+                client_token: Secret::from_sources(
+                    args.client_token.as_deref(),
+                    args.client_token_file.as_deref(),
+                    "--client-token (or COLBALL_CLIENT_TOKEN)",
+                )?,
+                client_tokens_file: args.client_tokens_file.clone(),
+                client_quotas_file: args.client_quotas_file.clone(),
+                worker_token: Secret::from_sources(
+                    args.worker_token.as_deref(),
+                    args.worker_token_file.as_deref(),
+                    "--worker-token (or COLBALL_WORKER_TOKEN)",
+                )?,
+                tls: match (&args.tls_cert, &args.tls_key) {
+                    (Some(cert), Some(key)) => Some(colball_proto::tls::server_config(cert, key)?),
+                    _ => None,
+                },
+                max_requests_per_client: args.max_batches_per_client,
+            },
+            store: coordinator::StoreConfig {
+                data_dir: args.data_dir.clone(),
+                url: args
+                    .store
+                    .as_deref()
+                    .map(|url| Secret::new(url, "--store (or COLBALL_STORE)"))
+                    .transpose()?,
+                password: Secret::from_sources(
+                    None,
+                    args.store_password_file.as_deref(),
+                    "--store-password-file",
+                )?,
+                max_bytes: args.max_store_mib.map(|m| m.saturating_mul(1 << 20)),
+                max_job_puzzles: args.max_job_puzzles,
+                job_retention: secs("--job-retention-hours", args.job_retention_hours * 3600.0)?,
+                job_lease: secs("--job-lease-secs", args.job_lease_secs)?,
+            },
             webhooks: webhook_config(args)?,
-            client_token: Secret::from_sources(
-                args.client_token.as_deref(),
-                args.client_token_file.as_deref(),
-                "--client-token (or COLBALL_CLIENT_TOKEN)",
-            )?,
-            worker_token: Secret::from_sources(
-                args.worker_token.as_deref(),
-                args.worker_token_file.as_deref(),
-                "--worker-token (or COLBALL_WORKER_TOKEN)",
-            )?,
-            tls: match (&args.tls_cert, &args.tls_key) {
-                (Some(cert), Some(key)) => Some(colball_proto::tls::server_config(cert, key)?),
-                _ => None,
-            },
             ..defaults()
         })
     }
@@ -509,7 +517,7 @@ async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
     }
     let shutdown = shutdown::on_signal();
     let app = colball_server::app::App::start(config, shutdown.clone()).await?;
-    reload_on_sighup(app.scheduler.clone());
+    reload_on_sighup(app.clone());
     if let Some(http_listener) = http_listener {
         println!("http {}", http_listener.local_addr()?);
         tokio::spawn(http::run(http_listener, app.clone(), shutdown.clone()));
@@ -522,7 +530,7 @@ async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
 
 /// Reads the client tokens and quotas files again on each SIGHUP; a bad
 /// file is reported and what was in force stays.
-fn reload_on_sighup(shared: std::sync::Arc<coordinator::Shared>) {
+fn reload_on_sighup(app: colball_server::app::App) {
     #[cfg(unix)]
     tokio::spawn(async move {
         use tokio::signal::unix::{SignalKind, signal};
@@ -531,13 +539,13 @@ fn reload_on_sighup(shared: std::sync::Arc<coordinator::Shared>) {
             return;
         };
         while hup.recv().await.is_some() {
-            match shared.reload_tokens() {
+            match app.access.reload_tokens() {
                 Ok(n) => tracing::info!(tokens = n, "client tokens reloaded"),
                 Err(e) => {
                     tracing::error!(error = %e, "client tokens not reloaded; the old ones stay")
                 }
             }
-            match shared.quotas().reload() {
+            match app.jobs.quotas().reload() {
                 Ok(n) => tracing::info!(lines = n, "client quotas reloaded"),
                 Err(e) => {
                     tracing::error!(error = %e, "client quotas not reloaded; the old ones stay")
@@ -546,7 +554,7 @@ fn reload_on_sighup(shared: std::sync::Arc<coordinator::Shared>) {
         }
     });
     #[cfg(not(unix))]
-    let _ = shared;
+    let _ = app;
 }
 
 impl TryFrom<WorkerArgs> for worker::Config {

@@ -11,15 +11,15 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use colball_server::app::App;
-use colball_server::coordinator::{self, Shared};
+use colball_server::coordinator::{self, Scheduler};
 use colball_server::worker;
 
 /// A running coordinator and its workers.
 #[derive(Debug)]
 pub struct LocalCluster {
     pub addr: SocketAddr,
-    /// The scheduler's driver (its snapshot, traffic and tokens).
-    pub shared: Arc<Shared>,
+    /// The scheduler's driver (its snapshot and traffic).
+    pub scheduler: Arc<Scheduler>,
     /// The coordinator's parts, as its APIs serve them.
     pub app: App,
     shutdown: CancellationToken,
@@ -46,14 +46,14 @@ impl LocalCluster {
     }
 
     /// Like [`Self::start`]; with `worker_tls` (the CA that signed the
-    /// certificate in `config.tls`) the URL is `https://localhost:PORT`.
+    /// certificate in `config.access.tls`) the URL is `https://localhost:PORT`.
     pub async fn start_tls(
         config: coordinator::Config,
         workers: usize,
         threads: usize,
         worker_tls: Option<tonic::transport::ClientTlsConfig>,
     ) -> std::io::Result<LocalCluster> {
-        let worker_token = config.worker_token.clone();
+        let worker_token = config.access.worker_token.clone();
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let shutdown = CancellationToken::new();
@@ -67,7 +67,7 @@ impl LocalCluster {
         ));
         let mut cluster = LocalCluster {
             addr,
-            shared: app.scheduler.clone(),
+            scheduler: app.scheduler.clone(),
             app,
             shutdown,
             workers: Vec::new(),
@@ -143,7 +143,7 @@ impl LocalCluster {
     pub async fn wait_for_workers(&self, n: usize, timeout: std::time::Duration) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
         while tokio::time::Instant::now() < deadline {
-            if self.shared.snapshot().0.workers >= n {
+            if self.scheduler.snapshot().0.workers >= n {
                 return true;
             }
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;

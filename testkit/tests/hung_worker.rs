@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use colball_proto::v1::solver_client::SolverClient;
 use colball_proto::{puzzle_to_wire, v1};
-use colball_server::coordinator::Config;
+use colball_server::coordinator::{Config, SchedulingConfig};
 use colball_solver::Size;
 use colball_solver::generate::Generator;
 use colball_testkit::LocalCluster;
@@ -16,7 +16,10 @@ use colball_testkit::hung::HungWorker;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn it_takes_tasks_stays_connected_and_answers_none() {
     let config = Config {
-        heartbeat_interval: Duration::from_millis(100),
+        scheduling: SchedulingConfig {
+            heartbeat_interval: Duration::from_millis(100),
+            ..Config::default().scheduling
+        },
         ..Config::default()
     };
     let cluster = LocalCluster::start(config, 0, 1).await.unwrap();
@@ -49,7 +52,7 @@ async fn it_takes_tasks_stays_connected_and_answers_none() {
     // Ten heartbeat intervals on: still registered, still holding, and
     // nothing has been answered.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (snapshot, _) = cluster.shared.snapshot();
+    let (snapshot, _) = cluster.scheduler.snapshot();
     assert_eq!(snapshot.workers, 1, "the hung worker was dropped");
     let worker = &snapshot.worker_list[0];
     assert_eq!(worker.name, "hung#1");

@@ -2,7 +2,7 @@
 //! clean sentence per error, asserted whole.
 
 use colball_proto::Secret;
-use colball_server::coordinator::Config;
+use colball_server::coordinator::{AccessConfig, Config, SchedulingConfig};
 use colball_testkit::LocalCluster;
 
 use crate::common::run;
@@ -84,8 +84,14 @@ async fn a_refused_connection_is_one_sentence() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn statuses_name_their_code_once() {
     let config = Config {
-        worker_grace: std::time::Duration::from_secs(1),
-        client_token: Some(Secret::new("let-me-in", "test").unwrap()),
+        scheduling: SchedulingConfig {
+            worker_grace: std::time::Duration::from_secs(1),
+            ..Config::default().scheduling
+        },
+        access: AccessConfig {
+            client_token: Some(Secret::new("let-me-in", "test").unwrap()),
+            ..Config::default().access
+        },
         ..Config::default()
     };
     let cluster = LocalCluster::start(config, 0, 1).await.unwrap();
@@ -117,7 +123,10 @@ async fn https_trusts_public_authorities_and_a_private_ca_is_added_with_ca() {
     let pki = Pki::new();
     let dir = pki.write("errors-tls");
     let config = Config {
-        tls: Some(pki.server()),
+        access: AccessConfig {
+            tls: Some(pki.server()),
+            ..Config::default().access
+        },
         ..Config::default()
     };
     let cluster = LocalCluster::start_tls(config, 1, 1, Some(pki.client()))

@@ -437,12 +437,12 @@ async fn the_cluster_grades_like_in_process_and_solves_each_puzzle_once() {
         })
     };
     let local = run(vec![]).await.unwrap();
-    let solved_before = cluster.shared.snapshot().0.counters.solved;
+    let solved_before = cluster.scheduler.snapshot().0.counters.solved;
     let remote = run(vec!["--connect".into(), url.clone()]).await.unwrap();
     assert_eq!(text(&remote), text(&local));
     let (records, _) = parse_report(&remote);
     assert_eq!(verdicts(&records), c.expected);
-    let solved_once = cluster.shared.snapshot().0.counters.solved;
+    let solved_once = cluster.scheduler.snapshot().0.counters.solved;
     assert!(solved_once > solved_before);
     assert!(solved_once as usize <= c.expected.len());
 
@@ -462,7 +462,7 @@ async fn the_cluster_grades_like_in_process_and_solves_each_puzzle_once() {
     };
     assert_eq!(again.status.code(), Some(0));
     assert_eq!(text(&again.stdout), text(&local));
-    assert_eq!(cluster.shared.snapshot().0.counters.solved, solved_once);
+    assert_eq!(cluster.scheduler.snapshot().0.counters.solved, solved_once);
     cluster.shutdown().await;
 }
 

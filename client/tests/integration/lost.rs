@@ -18,7 +18,7 @@ use crate::proxy;
 /// Waits (bounded) until the cluster has solved `n` puzzles.
 async fn solved(cluster: &LocalCluster, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while cluster.shared.snapshot().0.counters.solved < n {
+    while cluster.scheduler.snapshot().0.counters.solved < n {
         assert!(Instant::now() < deadline, "no progress");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

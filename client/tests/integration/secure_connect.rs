@@ -3,7 +3,7 @@
 //! user sees when a piece is missing.
 
 use colball_proto::Secret;
-use colball_server::coordinator::Config;
+use colball_server::coordinator::{AccessConfig, Config};
 use colball_testkit::LocalCluster;
 
 use crate::common::run as colball;
@@ -19,8 +19,11 @@ async fn solve_over_tls_with_a_token() {
     std::fs::write(dir.join("token"), "let-me-in\n").unwrap();
     std::fs::write(dir.join("junk.pem"), "no certificate here\n").unwrap();
     let config = Config {
-        tls: Some(pki.server()),
-        client_token: Some(Secret::new("let-me-in", "test").unwrap()),
+        access: AccessConfig {
+            tls: Some(pki.server()),
+            client_token: Some(Secret::new("let-me-in", "test").unwrap()),
+            ..Config::default().access
+        },
         ..Config::default()
     };
     let cluster = LocalCluster::start_tls(config, 1, 1, Some(pki.client()))

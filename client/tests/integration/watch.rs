@@ -35,7 +35,7 @@ async fn watch_prints_every_event_and_resumes_from_a_sequence_number() {
     .await
     .unwrap();
     assert!(solved.status.success());
-    let newest = cluster.shared.traffic().newest_sequence;
+    let newest = cluster.scheduler.traffic().newest_sequence;
     // A join, an accept, 25 results, 1 progress event per tenth, a finish.
     assert!(newest >= 28, "{newest}");
 

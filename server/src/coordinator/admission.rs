@@ -2,12 +2,13 @@
 //! `SolveBatch`, `Grade` and each window of a job.
 //!
 //! A request's puzzles are read once ([`read`]: each id with its puzzle,
-//! or why it is invalid), then [`Shared::admit`]:
+//! or why it is invalid), then [`Scheduler::admit`]:
 //!
 //! 1. refuses the request while the coordinator shuts down;
-//! 2. takes the client's place among its requests in flight
-//!    (`--max-batches-per-client`), when the request is the client's own
-//!    (a job's windows are its job's, not the client's);
+//! 2. holds the client's place among its requests in flight
+//!    (`--max-batches-per-client`, taken at the edge by
+//!    [`crate::access::Access::slot`]) while the request lives, when the
+//!    request is the client's own (a job's windows are its job's);
 //! 3. answers what it can at once: an invalid puzzle gets its error
 //!    result, a puzzle in the result cache its answer;
 //! 4. waits up to the grace period for a first worker, when something is
@@ -33,9 +34,9 @@ use colball_solver::order::InOrder;
 use ecow::EcoString;
 use tokio::sync::mpsc;
 
-use super::Shared;
-use super::events::BatchEvents;
-use super::per_client::Slot;
+use super::Scheduler;
+use super::events::RequestEvents;
+use crate::access::per_client::Slot;
 use crate::error::ServerError;
 
 /// One puzzle of a request as read: its place in the request (a job's
@@ -58,11 +59,11 @@ pub(crate) type Delivery = Result<egress::PuzzleResult, ServerError>;
 /// ([`colball_proto::ingest::SolveBatchRequest::beyond`]): they count
 /// towards the limit, which they always pass.
 pub(crate) fn read<P: PuzzleText>(
-    shared: &Shared,
+    scheduler: &Scheduler,
     puzzles: Vec<P>,
     beyond: usize,
 ) -> Result<Vec<Parsed>, ServerError> {
-    let limit = shared.config.max_batch;
+    let limit = scheduler.settings.max_batch;
     let sent = puzzles.len() + beyond;
     if sent > limit {
         return Err(ServerError::BatchTooLarge { batch: sent, limit });
@@ -99,6 +100,9 @@ pub(crate) struct Terms {
     pub(crate) ordered: bool,
     /// When the request fails with DEADLINE_EXCEEDED, if ever.
     pub(crate) deadline: Option<tokio::time::Instant>,
+    /// The client's place among its requests in flight (a client's
+    /// request), held until the request ends.
+    pub(crate) slot: Option<Slot>,
 }
 
 /// What [`Admitted::next`] gives.
@@ -112,7 +116,7 @@ pub(crate) enum Next {
     Done,
 }
 
-impl Shared {
+impl Scheduler {
     /// Admits a request of `caller` (see the module documentation).
     pub(crate) async fn admit(
         self: &Arc<Self>,
@@ -120,13 +124,9 @@ impl Shared {
         caller: &Caller,
         terms: Terms,
     ) -> Result<Admitted, ServerError> {
-        if self.shutdown.is_cancelled() {
+        if self.lifecycle.shutting_down() {
             return Err(ServerError::ShuttingDown);
         }
-        let slot = match terms.rpc {
-            Some(_) => Some(self.per_client.acquire(&caller.client)?),
-            None => None,
-        };
         let total = batch.len();
         let mut ready = Vec::new();
         // Sized once: most puzzles of a request are tasks.
@@ -152,7 +152,7 @@ impl Shared {
         // (The results known before admission count as read.)
         stream.received += ready.len();
         let events = terms.rpc.map(|rpc| {
-            BatchEvents::accept(
+            RequestEvents::accept(
                 self.events.clone(),
                 total,
                 rpc,
@@ -169,13 +169,13 @@ impl Shared {
             deadline: terms.deadline,
             failure: None,
             events,
-            _slot: slot,
+            _slot: terms.slot,
         })
     }
 
     /// Waits up to the grace period for a first worker.
     async fn wait_for_a_worker(&self) -> Result<(), ServerError> {
-        let grace = self.config.worker_grace;
+        let grace = self.settings.worker_grace;
         let mut workers = self.workers.subscribe();
         let ever = {
             let s = self.state();
@@ -207,7 +207,7 @@ impl Shared {
         // The outbox exists before the state can deliver to it.
         self.outboxes.insert(id, tx);
         // A puzzle solved between the caller's look in the cache and the
-        // state's lock is in the cache now (see `Shared::handle`): solve
+        // state's lock is in the cache now (see `Scheduler::handle`): solve
         // it once.
         let cache = &self.cache;
         let mut recheck = |t: &NewTask| {
@@ -225,7 +225,7 @@ impl Shared {
             return Err(refused.into());
         }
         Ok(RequestStream {
-            shared: self.clone(),
+            scheduler: self.clone(),
             id,
             rx,
             received: 0,
@@ -250,7 +250,7 @@ pub(crate) struct Admitted {
     /// The failure that ends the request, once the results before it are
     /// out.
     failure: Option<ServerError>,
-    events: Option<BatchEvents>,
+    events: Option<RequestEvents>,
     _slot: Option<Slot>,
 }
 
@@ -366,7 +366,7 @@ async fn expire_at(deadline: Option<tokio::time::Instant>) {
 /// what is left of its work.
 #[derive(Debug)]
 pub(crate) struct RequestStream {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) scheduler: Arc<Scheduler>,
     pub(crate) id: u64,
     pub(crate) rx: mpsc::UnboundedReceiver<Delivery>,
     /// Results taken from the channel (answered-at-once ones included), and
@@ -394,7 +394,7 @@ impl RequestStream {
     fn ack(&mut self) {
         if self.acked != (self.received, self.sent) {
             self.acked = (self.received, self.sent);
-            self.shared.tell(Input::Ack {
+            self.scheduler.tell(Input::Ack {
                 request: self.id,
                 received: self.received,
                 sent: self.sent,
@@ -405,7 +405,7 @@ impl RequestStream {
 
 impl Drop for RequestStream {
     fn drop(&mut self) {
-        self.shared.tell(Input::EndRequest { request: self.id });
-        self.shared.outboxes.remove(&self.id);
+        self.scheduler.tell(Input::EndRequest { request: self.id });
+        self.scheduler.outboxes.remove(&self.id);
     }
 }

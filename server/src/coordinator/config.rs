@@ -9,13 +9,31 @@ use colball_proto::Secret;
 
 use super::events;
 #[cfg(test)]
-use super::{SetupError, Shared};
+use crate::app::{App, StartError};
 use colball_core::policy::Credit;
 use colball_core::{Limits, MAX_ATTEMPTS, Speculation};
 
-/// Coordinator settings. `Config::default()` suits one machine.
+/// Coordinator settings, in groups: the scheduling, access at the edge,
+/// the job store and the webhooks. `Config::default()` suits one machine;
+/// [`Config::validate`] checks every group.
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// How the scheduler shares its workers out.
+    pub scheduling: SchedulingConfig,
+    /// Who may call, and how much at once.
+    pub access: AccessConfig,
+    /// Where the jobs are kept, and their limits.
+    pub store: StoreConfig,
+    /// The jobs' webhooks: which URLs, signed how, tried how long.
+    pub webhooks: crate::jobs::webhooks::WebhookConfig,
+    /// Time for in-flight requests to finish after shutdown begins.
+    pub drain_timeout: Duration,
+}
+
+/// The scheduler's settings: its limits, the workers' credit and
+/// liveness, backups, audits, the result cache and the event log.
+#[derive(Clone, Debug)]
+pub struct SchedulingConfig {
     /// Most results admitted and not yet read by their clients, over all
     /// clients (queued, in flight, solved and unread).
     pub max_pending: usize,
@@ -53,34 +71,47 @@ pub struct Config {
     pub speculation: Speculation,
     /// Entries of the result cache (0 turns it off).
     pub cache_capacity: usize,
-    /// Time for in-flight requests to finish after shutdown begins.
-    pub drain_timeout: Duration,
     /// Cluster events kept for watchers that resume from a sequence number.
     pub events_retained: usize,
-    /// Most requests (batches or single puzzles) in flight per client
-    /// (0: no limit); see [`per_client`].
-    pub max_batches_per_client: usize,
+}
+
+/// Access at the edge (see [`crate::access`]): tokens, TLS and each
+/// client's requests in flight.
+#[derive(Clone, Debug, Default)]
+pub struct AccessConfig {
     /// The token clients must send (`Solver`), named `default`; `None`
     /// (and no tokens file): anyone may call.
     pub client_token: Option<Secret>,
     /// A file of `name token` lines: more client tokens, each naming its
-    /// client for fair sharing and limits. Read again on
-    /// [`Shared::reload_tokens`] (SIGHUP in the binary).
+    /// client for fair sharing and limits. Read again on SIGHUP
+    /// ([`crate::access::Access::reload_tokens`]).
     pub client_tokens_file: Option<std::path::PathBuf>,
-    /// Per-client quotas (see [`crate::jobs::quotas`]), read again by
-    /// [`Shared::reload_tokens`] (SIGHUP in the binary).
+    /// Per-client quotas (see [`crate::jobs::quotas`]), read again on
+    /// SIGHUP.
     pub client_quotas_file: Option<std::path::PathBuf>,
     /// The token workers must send (`Workers`); `None`: anyone may join.
     pub worker_token: Option<Secret>,
     /// TLS for the gRPC port; `None`: plaintext.
     pub tls: Option<tonic::transport::ServerTlsConfig>,
+    /// Most requests (batches or single puzzles) in flight per client
+    /// (0: no limit; `--max-batches-per-client`); see
+    /// [`crate::access::per_client`].
+    pub max_requests_per_client: usize,
+}
+
+/// The job store: where it lives, how much it may hold, and how long.
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
     /// Where the job store lives (`None`: in memory, lost on restart).
     pub data_dir: Option<std::path::PathBuf>,
     /// A PostgreSQL job store's URL (`--store`), instead of `data_dir`.
-    pub store_url: Option<Secret>,
+    pub url: Option<Secret>,
     /// Its password (`--store-password-file`), before the URL's and
     /// `PGPASSWORD`.
-    pub store_password: Option<Secret>,
+    pub password: Option<Secret>,
+    /// Most bytes the job store may take before `Submit` is refused
+    /// (`None`: no limit).
+    pub max_bytes: Option<u64>,
     /// Most puzzles in one job.
     pub max_job_puzzles: usize,
     /// Finished jobs are deleted this long after they finished.
@@ -89,16 +120,26 @@ pub struct Config {
     /// job's window lasts unless its coordinator renews it (every second
     /// while it lives); another takes the window over once it runs out.
     pub job_lease: Duration,
-    /// Most bytes the job store may take before `Submit` is refused
-    /// (`None`: no limit).
-    pub max_store_bytes: Option<u64>,
-    /// The jobs' webhooks: which URLs, signed how, tried how long.
-    pub webhooks: crate::jobs::webhooks::WebhookConfig,
 }
 
 impl Default for Config {
     fn default() -> Config {
         Config {
+            scheduling: SchedulingConfig::default(),
+            access: AccessConfig {
+                max_requests_per_client: 64,
+                ..AccessConfig::default()
+            },
+            store: StoreConfig::default(),
+            webhooks: crate::jobs::webhooks::WebhookConfig::default(),
+            drain_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Default for SchedulingConfig {
+    fn default() -> SchedulingConfig {
+        SchedulingConfig {
             max_pending: 1_000_000,
             max_batch: 200_000,
             max_unread: 16_384,
@@ -114,22 +155,21 @@ impl Default for Config {
             audit_rate: 0.01,
             speculation: Speculation::default(),
             cache_capacity: 1_000_000,
-            drain_timeout: Duration::from_secs(10),
             events_retained: events::DEFAULT_RETAINED,
-            max_batches_per_client: 64,
-            client_token: None,
-            client_tokens_file: None,
-            client_quotas_file: None,
-            worker_token: None,
-            tls: None,
+        }
+    }
+}
+
+impl Default for StoreConfig {
+    fn default() -> StoreConfig {
+        StoreConfig {
             data_dir: None,
-            store_url: None,
-            store_password: None,
+            url: None,
+            password: None,
+            max_bytes: None,
             max_job_puzzles: 10_000_000,
             job_retention: Duration::from_secs(168 * 3600),
             job_lease: Duration::from_secs(10),
-            max_store_bytes: None,
-            webhooks: crate::jobs::webhooks::WebhookConfig::default(),
         }
     }
 }
@@ -162,8 +202,9 @@ impl std::fmt::Display for ConfigError {
 impl Config {
     /// Checks every setting's range; the one place the coordinator's
     /// settings are checked (the binary only converts its flags).
-    /// [`Shared::new`] refuses a config that fails.
+    /// [`crate::app::App::start`] refuses a config that fails.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        let (sc, st) = (&self.scheduling, &self.store);
         let bad = |field, flag, problem: String| {
             Err(ConfigError {
                 field,
@@ -172,61 +213,61 @@ impl Config {
             })
         };
         let at_least_one = [
-            (self.max_batch, "max_batch", "--max-batch"),
-            (self.max_pending, "max_pending", "--max-pending"),
-            (self.max_unread, "max_unread", "--max-unread"),
-            (self.max_chunk, "max_chunk", ""),
-            (self.max_job_puzzles, "max_job_puzzles", "--max-job-puzzles"),
-            (self.credit_per_slot as usize, "credit_per_slot", ""),
+            (sc.max_batch, "max_batch", "--max-batch"),
+            (sc.max_pending, "max_pending", "--max-pending"),
+            (sc.max_unread, "max_unread", "--max-unread"),
+            (sc.max_chunk, "max_chunk", ""),
+            (st.max_job_puzzles, "max_job_puzzles", "--max-job-puzzles"),
+            (sc.credit_per_slot as usize, "credit_per_slot", ""),
             (
-                self.max_worker_slots as usize,
+                sc.max_worker_slots as usize,
                 "max_worker_slots",
                 "--max-worker-slots",
             ),
-            (self.missed_heartbeats as usize, "missed_heartbeats", ""),
-            (self.events_retained, "events_retained", "--events-retained"),
+            (sc.missed_heartbeats as usize, "missed_heartbeats", ""),
+            (sc.events_retained, "events_retained", "--events-retained"),
         ];
         for (value, field, flag) in at_least_one {
             if value == 0 {
                 return bad(field, flag, "must be at least 1, not 0".into());
             }
         }
-        if self.max_batch > colball_proto::ingest::MAX_PUZZLES {
+        if sc.max_batch > colball_proto::ingest::MAX_PUZZLES {
             return bad(
                 "max_batch",
                 "--max-batch",
                 format!(
                     "must be at most {} (a request keeps no more), not {}",
                     colball_proto::ingest::MAX_PUZZLES,
-                    self.max_batch
+                    sc.max_batch
                 ),
             );
         }
-        if self.max_job_puzzles > u32::MAX as usize {
+        if st.max_job_puzzles > u32::MAX as usize {
             return bad(
                 "max_job_puzzles",
                 "--max-job-puzzles",
                 format!(
                     "must be at most {} (a pending task keeps its index in 32 bits), not {}",
                     u32::MAX,
-                    self.max_job_puzzles
+                    st.max_job_puzzles
                 ),
             );
         }
-        if !(1..=MAX_ATTEMPTS).contains(&self.max_attempts) {
+        if !(1..=MAX_ATTEMPTS).contains(&sc.max_attempts) {
             return bad(
                 "max_attempts",
                 "--max-attempts",
-                format!("must be 1 to {}, not {}", MAX_ATTEMPTS, self.max_attempts),
+                format!("must be 1 to {}, not {}", MAX_ATTEMPTS, sc.max_attempts),
             );
         }
-        if self.heartbeat_interval < Duration::from_millis(10) {
+        if sc.heartbeat_interval < Duration::from_millis(10) {
             return bad(
                 "heartbeat_interval",
                 "--heartbeat-ms",
                 format!(
                     "must be at least 10 ms, not {} ms",
-                    self.heartbeat_interval.as_millis()
+                    sc.heartbeat_interval.as_millis()
                 ),
             );
         }
@@ -244,14 +285,14 @@ impl Config {
                 "must be more than 0".into(),
             );
         }
-        if self.task_timeout.is_zero() {
+        if sc.task_timeout.is_zero() {
             return bad(
                 "task_timeout",
                 "--task-timeout-secs",
                 "must be more than 0".into(),
             );
         }
-        let sp = &self.speculation;
+        let sp = &sc.speculation;
         if !(sp.after == 0.0 || (1.0..=1000.0).contains(&sp.after)) {
             return bad(
                 "speculation.after",
@@ -283,13 +324,13 @@ impl Config {
                 format!("must be between 1 and 100000, not {}", sp.stuck_after),
             );
         }
-        if !(Duration::from_secs(2)..=Duration::from_secs(3600)).contains(&self.job_lease) {
+        if !(Duration::from_secs(2)..=Duration::from_secs(3600)).contains(&st.job_lease) {
             return bad(
                 "job_lease",
                 "--job-lease-secs",
                 format!(
                     "must be 2 to 3600 seconds (it is renewed every second), not {}",
-                    self.job_lease.as_secs_f64()
+                    st.job_lease.as_secs_f64()
                 ),
             );
         }
@@ -300,16 +341,18 @@ impl Config {
                 "must be more than 0".into(),
             );
         }
-        if !(0.0..=1.0).contains(&self.audit_rate) {
+        if !(0.0..=1.0).contains(&sc.audit_rate) {
             return bad(
                 "audit_rate",
                 "--audit-rate",
-                format!("must be between 0 and 1, not {}", self.audit_rate),
+                format!("must be between 0 and 1, not {}", sc.audit_rate),
             );
         }
         Ok(())
     }
+}
 
+impl SchedulingConfig {
     /// The state machine's limits (from a validated config).
     pub(crate) fn limits(&self) -> Limits {
         Limits {
@@ -342,30 +385,39 @@ mod tests {
         assert!(Config::default().validate().is_ok());
         type Spoil = fn(&mut Config);
         let cases: [(Spoil, &str); 14] = [
-            (|c| c.max_attempts = 0, "--max-attempts"),
+            (|c| c.scheduling.max_attempts = 0, "--max-attempts"),
             (
-                |c| c.max_job_puzzles = u32::MAX as usize + 1,
+                |c| c.store.max_job_puzzles = u32::MAX as usize + 1,
                 "--max-job-puzzles",
             ),
-            (|c| c.max_attempts = 70_000, "--max-attempts"),
-            (|c| c.max_batch = 0, "--max-batch"),
-            (|c| c.max_batch = 1_000_001, "--max-batch"),
-            (|c| c.max_unread = 0, "--max-unread"),
-            (|c| c.audit_rate = f64::NAN, "--audit-rate"),
+            (|c| c.scheduling.max_attempts = 70_000, "--max-attempts"),
+            (|c| c.scheduling.max_batch = 0, "--max-batch"),
+            (|c| c.scheduling.max_batch = 1_000_001, "--max-batch"),
+            (|c| c.scheduling.max_unread = 0, "--max-unread"),
+            (|c| c.scheduling.audit_rate = f64::NAN, "--audit-rate"),
             (
-                |c| c.heartbeat_interval = Duration::from_millis(1),
+                |c| c.scheduling.heartbeat_interval = Duration::from_millis(1),
                 "--heartbeat-ms",
             ),
-            (|c| c.credit_per_slot = 0, "Config::credit_per_slot"),
-            (|c| c.speculation.after = 0.5, "--backup-after"),
-            (|c| c.speculation.budget = f64::NAN, "--backup-budget"),
-            (|c| c.speculation.slow_after = 0.0, "--slow-after"),
             (
-                |c| c.speculation.stuck_after = f64::INFINITY,
+                |c| c.scheduling.credit_per_slot = 0,
+                "Config::credit_per_slot",
+            ),
+            (|c| c.scheduling.speculation.after = 0.5, "--backup-after"),
+            (
+                |c| c.scheduling.speculation.budget = f64::NAN,
+                "--backup-budget",
+            ),
+            (
+                |c| c.scheduling.speculation.slow_after = 0.0,
+                "--slow-after",
+            ),
+            (
+                |c| c.scheduling.speculation.stuck_after = f64::INFINITY,
                 "--stuck-after",
             ),
             (
-                |c| c.speculation.stuck_min = Duration::ZERO,
+                |c| c.scheduling.speculation.stuck_min = Duration::ZERO,
                 "--stuck-min-secs",
             ),
         ];
@@ -376,12 +428,16 @@ mod tests {
             assert!(e.contains(named), "{e}");
         }
         // The coordinator refuses to start on one.
-        let config = Config {
-            max_attempts: 0,
-            ..Config::default()
-        };
-        let refused = Shared::new(config, CancellationToken::new()).map(drop);
-        assert!(matches!(refused, Err(SetupError::Config(_))));
+        let mut config = Config::default();
+        config.scheduling.max_attempts = 0;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let refused = runtime
+            .block_on(App::start(config, CancellationToken::new()))
+            .map(drop);
+        assert!(matches!(refused, Err(StartError::Config(_))));
     }
 
     #[test]

@@ -299,7 +299,7 @@ fn since(inner: &Inner, from: u64) -> Result<Vec<Arc<v1::ClusterEvent>>, Gone> {
 /// Follows one request for the event log: numbers it, announces it, and
 /// reports its results, progress and end.
 #[derive(Debug)]
-pub struct BatchEvents {
+pub struct RequestEvents {
     log: Arc<EventLog>,
     batch: u64,
     total: u64,
@@ -310,7 +310,7 @@ pub struct BatchEvents {
     finished: bool,
 }
 
-impl BatchEvents {
+impl RequestEvents {
     /// Announces a request of `total` puzzles (`request` names the RPC)
     /// of a priority class from a client.
     pub fn accept(
@@ -319,7 +319,7 @@ impl BatchEvents {
         request: &str,
         priority: &str,
         client: &str,
-    ) -> BatchEvents {
+    ) -> RequestEvents {
         let batch = log.next_batch();
         log.publish(Kind::BatchAccepted(v1::BatchAccepted {
             batch,
@@ -329,7 +329,7 @@ impl BatchEvents {
             client: client.to_string(),
         }));
         let total = total as u64;
-        BatchEvents {
+        RequestEvents {
             log,
             batch,
             total,
@@ -400,7 +400,7 @@ impl BatchEvents {
     }
 }
 
-impl Drop for BatchEvents {
+impl Drop for RequestEvents {
     fn drop(&mut self) {
         // A request abandoned without a word (its future was dropped).
         self.finish("client gone");
@@ -592,7 +592,7 @@ mod tests {
         let log = Arc::new(EventLog::new(3));
         let mut watcher = log.subscribe(None).unwrap();
         let mut batch =
-            BatchEvents::accept(log.clone(), results.len(), "solve_batch", "normal", "c");
+            RequestEvents::accept(log.clone(), results.len(), "solve_batch", "normal", "c");
         let mut sent = Vec::new();
         for (n, r) in results.iter().enumerate() {
             batch.results(std::slice::from_ref(r));
@@ -634,7 +634,7 @@ mod tests {
     fn batches_report_progress_by_tenths_and_finish_once() {
         let log = Arc::new(EventLog::new(1000));
         let mut sub = log.subscribe(None).unwrap();
-        let mut batch = BatchEvents::accept(log.clone(), 40, "solve_batch", "normal", "c");
+        let mut batch = RequestEvents::accept(log.clone(), 40, "solve_batch", "normal", "c");
         for i in 0..40 {
             batch.result(&egress::PuzzleResult::failed(
                 format!("p{i}").into(),

@@ -5,15 +5,20 @@
 //!
 //! - `colball_core`: the scheduling core, a pure state machine over
 //!   requests, tasks and workers, with its policies (a crate of its own);
-//! - this module: the thin async driver, [`Shared`], which gives the state
-//!   its inputs and carries out its effects;
+//! - this module: the thin async driver, [`Scheduler`], which gives the
+//!   state its inputs and carries out its effects; workers register
+//!   through it ([`Scheduler::register`]) and get their session;
 //! - [`admission`]: the one road every request takes into the state;
 //! - [`events`]: the event log watchers and the dashboard follow;
-//! - [`per_client`]: batches in flight per client; [`config`]: every
-//!   setting and its check.
+//! - [`config`]: every setting, in groups, and their check.
+//!
+//! The service's lifecycle (its shutdown token and tasks,
+//! [`crate::lifecycle`]) and access at the edge (tokens, each client's
+//! requests in flight, [`crate::access`]) are apart: the scheduler holds a
+//! handle on the first and knows nothing of the second.
 //!
 //! Every call into the state happens under one mutex and returns
-//! [`Effect`]s, which [`Shared::apply`] carries out after the lock
+//! [`Effect`]s, which [`Scheduler::apply`] carries out after the lock
 //! is released: messages to workers' session streams, results to requests'
 //! streams, events to the log, answers to the result cache.
 //!
@@ -35,9 +40,9 @@
 pub(crate) mod admission;
 pub mod config;
 pub mod events;
-pub mod per_client;
 pub mod traffic;
 
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -46,98 +51,94 @@ use colball_proto::v1::{self, coordinator_message};
 use dashmap::DashMap;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-use tracing::Instrument;
 
-use crate::auth::{self, TokenSet};
 use crate::cache::ResultCache;
 use crate::error::ServerError;
-use colball_core::{Effect, Effects, Input, LossReason, Refused, Snapshot, State};
-pub use config::{Config, ConfigError};
+use crate::lifecycle::Lifecycle;
+use colball_core::{Effect, Effects, Input, LossReason, Refused, Snapshot, State, shown_name};
+pub use config::{AccessConfig, Config, ConfigError, SchedulingConfig, StoreConfig};
 use events::EventLog;
-use per_client::PerClient;
 use traffic::Traffic;
 
-/// What a worker's session stream sends.
 /// What a worker's session stream sends: messages, and last, when the
 /// state closed the session, why (the gRPC layer says it as a status).
-type WorkerTx = mpsc::UnboundedSender<Result<v1::CoordinatorMessage, LossReason>>;
+pub(crate) type SessionMessage = Result<v1::CoordinatorMessage, LossReason>;
 
 /// One worker's session as the driver holds it.
 #[derive(Debug)]
-pub(crate) struct Link {
-    pub(crate) tx: WorkerTx,
+struct Link {
+    tx: mpsc::UnboundedSender<SessionMessage>,
     /// Stops the session's reader when the state closes it.
+    stop: CancellationToken,
+}
+
+/// A worker's session as [`Scheduler::register`] opened it: the worker's
+/// number, what its stream sends (the greeting first), and the token
+/// cancelled when the state closes the session.
+#[derive(Debug)]
+pub(crate) struct WorkerSession {
+    pub(crate) worker: u64,
+    pub(crate) messages: mpsc::UnboundedReceiver<SessionMessage>,
     pub(crate) stop: CancellationToken,
+}
+
+/// Numbers the state takes as inputs: for requests, and apart for workers
+/// (so that worker names read `w1#1`, `w2#2` in joining order).
+#[derive(Debug)]
+struct Ids {
+    requests: AtomicU64,
+    workers: AtomicU64,
 }
 
 /// The scheduler's driver, shared by the services, the jobs and the
 /// housekeeping task.
 #[derive(Debug)]
-pub struct Shared {
-    pub(crate) config: Config,
+pub struct Scheduler {
+    settings: SchedulingConfig,
     state: Mutex<State>,
     cache: ResultCache,
-    per_client: Arc<PerClient>,
-    pub(crate) tokens: Arc<TokenSet>,
-    quotas: crate::jobs::quotas::Quotas,
-    pub(crate) workers: watch::Sender<usize>,
+    events: Arc<EventLog>,
+    /// The workers connected, for those who wait for one.
+    workers: watch::Sender<usize>,
     /// The earliest tick the state asked for besides the regular ones
     /// ([`Effect::Wake`]), for [`housekeeping`].
     wake: watch::Sender<Option<Instant>>,
-    events: Arc<EventLog>,
-    pub(crate) shutdown: CancellationToken,
-    /// Numbers for requests and workers (the state takes them as inputs).
-    next_id: AtomicU64,
-    /// Numbers for workers, apart, so that worker names read `w1#1`,
-    /// `w2#2` in joining order.
-    pub(crate) next_worker: AtomicU64,
+    ids: Ids,
     outboxes: DashMap<u64, mpsc::UnboundedSender<admission::Delivery>, foldhash::fast::RandomState>,
-    pub(crate) links: DashMap<u64, Link, foldhash::fast::RandomState>,
-    /// Every task a request, a job, a watcher or a worker session runs
-    /// ([`Shared::spawn`]): shutdown waits for them, up to its deadline.
-    tasks: TaskTracker,
+    links: DashMap<u64, Link, foldhash::fast::RandomState>,
+    /// Every task a request or a worker session runs goes through it.
+    lifecycle: Lifecycle,
 }
 
-/// Why the scheduler's driver could not be set up.
-#[derive(Debug, thiserror::Error)]
-pub enum SetupError {
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    #[error(transparent)]
-    Tokens(#[from] auth::TokenFileError),
-    #[error("client quotas: {0}")]
-    Quotas(#[from] crate::jobs::quotas::QuotaFileError),
-}
-
-impl Shared {
-    /// Builds the scheduler's driver (reading the client tokens file);
-    /// nothing runs until the services do.
-    pub fn new(config: Config, shutdown: CancellationToken) -> Result<Arc<Shared>, SetupError> {
-        config.validate()?;
-        let tokens = TokenSet::new(
-            config.client_token.clone(),
-            config.client_tokens_file.clone(),
-        )?;
-        let quotas = crate::jobs::quotas::Quotas::new(config.client_quotas_file.clone())?;
-        let events = Arc::new(EventLog::new(config.events_retained));
-        Ok(Arc::new(Shared {
-            tasks: TaskTracker::new(),
-            state: Mutex::new(State::new(config.limits(), Instant::now())),
-            events,
-            cache: ResultCache::new(config.cache_capacity),
-            per_client: PerClient::new(config.max_batches_per_client),
-            tokens,
-            quotas,
+impl Scheduler {
+    /// The scheduler's driver over `settings` (validated with the rest of
+    /// the [`Config`]); nothing runs until the services do.
+    pub fn new(settings: SchedulingConfig, lifecycle: Lifecycle) -> Arc<Scheduler> {
+        Arc::new(Scheduler {
+            state: Mutex::new(State::new(settings.limits(), Instant::now())),
+            events: Arc::new(EventLog::new(settings.events_retained)),
+            cache: ResultCache::new(settings.cache_capacity),
             workers: watch::channel(0).0,
             wake: watch::channel(None).0,
-            next_id: AtomicU64::new(1),
-            next_worker: AtomicU64::new(1),
+            ids: Ids {
+                requests: AtomicU64::new(1),
+                workers: AtomicU64::new(1),
+            },
             outboxes: DashMap::default(),
             links: DashMap::default(),
-            config,
-            shutdown,
-        }))
+            settings,
+            lifecycle,
+        })
+    }
+
+    /// The settings it runs by.
+    pub fn settings(&self) -> &SchedulingConfig {
+        &self.settings
+    }
+
+    /// The service's lifecycle (its tasks and shutdown).
+    pub fn lifecycle(&self) -> &Lifecycle {
+        &self.lifecycle
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -150,23 +151,7 @@ impl Shared {
     }
 
     fn fresh_id(&self) -> u64 {
-        self.next_id.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// Runs `task` for a request, a job, a watcher or a worker session, in
-    /// `span` (which names it: one grep of the logs for the span's id
-    /// follows it); shutdown waits for it up to its deadline.
-    pub(crate) fn spawn(
-        &self,
-        span: tracing::Span,
-        task: impl Future<Output = ()> + Send + 'static,
-    ) {
-        self.tasks.spawn(task.instrument(span));
-    }
-
-    /// Tasks of requests, jobs, watchers and sessions still running.
-    pub fn running_tasks(&self) -> usize {
-        self.tasks.len()
+        self.ids.requests.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Gives the state one input, now, and carries out its effects after
@@ -242,7 +227,7 @@ impl Shared {
                 Effect::Publish(mut kind) => {
                     if let v1::cluster_event::Kind::WorkerQuarantined(q) = &mut kind {
                         q.until_unix_ms =
-                            events::unix_ms() + self.config.quarantine.as_millis() as i64;
+                            events::unix_ms() + self.settings.quarantine.as_millis() as i64;
                     }
                     self.events.publish(kind);
                 }
@@ -298,34 +283,70 @@ impl Shared {
         &self.cache
     }
 
-    /// Waits for the tasks of requests, jobs, watchers and sessions, up to
-    /// `until`; false if some still run then.
-    pub(crate) async fn drain_tasks(&self, until: tokio::time::Instant) -> bool {
-        self.tasks.close();
-        tokio::time::timeout_at(until, self.tasks.wait())
-            .await
-            .is_ok()
+    /// Registers a worker of `name` (at most 64 characters kept) from
+    /// `peer` with `slots` solver threads: its session, greeted first, or
+    /// why the state refused it (quarantine, slots).
+    pub(crate) fn register(
+        &self,
+        name: &str,
+        peer: Option<IpAddr>,
+        slots: u32,
+    ) -> Result<WorkerSession, Refused> {
+        // Credit bounds what is ever queued on this stream: assignments
+        // for at most the worker's credit, their cancels, and the greeting.
+        let (tx, messages) = mpsc::unbounded_channel();
+        let worker = self.ids.workers.fetch_add(1, Ordering::Relaxed);
+        let greeting = v1::CoordinatorMessage {
+            kind: Some(coordinator_message::Kind::Registered(v1::Registered {
+                worker_id: shown_name(name, worker),
+                heartbeat_interval_ms: self.settings.heartbeat_interval.as_millis() as u32,
+                max_tasks: u32::try_from(self.settings.limits().credit.max_tasks(slots))
+                    .unwrap_or(u32::MAX),
+            })),
+        };
+        // The greeting goes first, before any assignment.
+        let _ = tx.send(Ok(greeting));
+        let stop = CancellationToken::new();
+        self.links.insert(
+            worker,
+            Link {
+                tx,
+                stop: stop.clone(),
+            },
+        );
+        let registered = self.handle(Input::Register {
+            worker,
+            name,
+            peer,
+            slots,
+        });
+        if let Err(refused) = registered {
+            self.links.remove(&worker);
+            return Err(refused);
+        }
+        Ok(WorkerSession {
+            worker,
+            messages,
+            stop,
+        })
     }
 
-    /// The client tokens (the HTTP endpoint's `/api` checks them too).
-    pub fn tokens(&self) -> &Arc<TokenSet> {
-        &self.tokens
+    /// Worker `worker`'s session ended, for `reason`.
+    pub(crate) fn session_ended(&self, worker: u64, reason: LossReason) {
+        self.tell(Input::WorkerLost { worker, reason });
+        self.links.remove(&worker);
     }
 
-    /// Reads the client tokens file again (SIGHUP); on an error the tokens
-    /// in use stay.
-    pub fn reload_tokens(&self) -> Result<usize, auth::TokenFileError> {
-        self.tokens.reload()
+    /// The number of workers connected, as it changes.
+    pub fn workers(&self) -> watch::Receiver<usize> {
+        self.workers.subscribe()
     }
 
-    /// The clients' quotas.
-    pub fn quotas(&self) -> &crate::jobs::quotas::Quotas {
-        &self.quotas
-    }
-
-    /// True once shutdown has begun.
-    pub fn shutting_down(&self) -> bool {
-        self.shutdown.is_cancelled()
+    /// Shutdown has begun: the state stops dispatching, and nobody waits
+    /// for a worker any more.
+    pub(crate) fn shut_down(&self) {
+        self.tell(Input::Shutdown);
+        self.workers.send_replace(0);
     }
 }
 
@@ -333,11 +354,11 @@ impl Shared {
 /// asks for ([`Effect::Wake`]): silent and stuck workers are declared lost,
 /// requests left without workers failed, overdue tasks backed up and queue
 /// depths published.
-pub(crate) async fn housekeeping(shared: Arc<Shared>) {
-    let interval = shared.config.heartbeat_interval;
+pub(crate) async fn housekeeping(scheduler: Arc<Scheduler>) {
+    let interval = scheduler.settings.heartbeat_interval;
     let mut tick = tokio::time::interval((interval / 2).max(Duration::from_millis(10)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut wake = shared.wake.subscribe();
+    let mut wake = scheduler.wake.subscribe();
     loop {
         let at = *wake.borrow_and_update();
         let asked = async {
@@ -351,7 +372,7 @@ pub(crate) async fn housekeeping(shared: Arc<Shared>) {
             () = asked => {
                 // Had (a sooner ask would have replaced it; a later one
                 // never does).
-                shared.wake.send_if_modified(|w| {
+                scheduler.wake.send_if_modified(|w| {
                     let had = w.is_some_and(|w| w <= Instant::now());
                     if had {
                         *w = None;
@@ -366,6 +387,6 @@ pub(crate) async fn housekeeping(shared: Arc<Shared>) {
                 continue;
             }
         }
-        shared.tell(Input::Tick);
+        scheduler.tell(Input::Tick);
     }
 }

@@ -28,7 +28,8 @@ use tonic::{Request, Response, Status};
 use colball_core::Priority;
 
 use super::{client_of, grpc_timeout, priority};
-use crate::coordinator::Shared;
+use crate::access::Access;
+use crate::coordinator::Scheduler;
 use crate::coordinator::admission::{self, Admitted, Caller, Next, Terms};
 
 /// The stream of a Grade call.
@@ -43,7 +44,8 @@ struct CaseInfo {
 
 /// Serves one Grade call (see the module documentation).
 pub(super) async fn grade(
-    shared: &Arc<Shared>,
+    scheduler: &Arc<Scheduler>,
+    access: &Access,
     request: Request<v1::GradeRequest>,
 ) -> Result<Response<GradeStream>, Status> {
     let deadline = grpc_timeout(request.metadata()).map(|t| tokio::time::Instant::now() + t);
@@ -63,7 +65,7 @@ pub(super) async fn grade(
         answers.push(case.answer.as_ref().map(answer_from_wire));
     }
     // Each puzzle is read once, for the admission and the judge both.
-    let batch = admission::read(shared, puzzles, 0)?;
+    let batch = admission::read(scheduler, puzzles, 0)?;
     let infos = batch
         .iter()
         .zip(answers)
@@ -77,12 +79,15 @@ pub(super) async fn grade(
         rpc: Some("grade"),
         ordered: false,
         deadline,
+        slot: Some(access.slot(&caller.client)?),
     };
-    let admitted = shared.admit(batch, &caller, terms).await?;
+    let admitted = scheduler.admit(batch, &caller, terms).await?;
     tracing::debug!(cases = admitted.total(), "grading admitted");
     let (tx, rx) = mpsc::channel(256);
     let span = tracing::info_span!("request", id = admitted.id(), rpc = "grade");
-    shared.spawn(span, judge(admitted, infos, tx));
+    scheduler
+        .lifecycle()
+        .spawn(span, judge(admitted, infos, tx));
     Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
 }
 
@@ -168,8 +173,9 @@ fn verdict(info: &CaseInfo, outcome: Option<egress::Outcome>) -> Graded {
 mod tests {
     use super::*;
     use crate::coordinator::admission::RequestStream;
-    use crate::coordinator::{Config, Shared};
+    use crate::coordinator::{Scheduler, SchedulingConfig};
     use crate::error::ServerError;
+    use crate::lifecycle::Lifecycle;
     use colball_proto::grade::verdict_from_wire;
     use colball_solver::grade::Verdict;
     use tokio_util::sync::CancellationToken;
@@ -200,10 +206,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_batch_ends_with_error_verdicts_for_the_undecided_cases() {
-        let shared = Shared::new(Config::default(), CancellationToken::new()).unwrap();
+        let scheduler = Scheduler::new(
+            SchedulingConfig::default(),
+            Lifecycle::new(CancellationToken::new()),
+        );
         let (batch_tx, batch_rx) = mpsc::unbounded_channel();
         let stream = RequestStream {
-            shared: shared.clone(),
+            scheduler: scheduler.clone(),
             id: 1,
             rx: batch_rx,
             received: 1,

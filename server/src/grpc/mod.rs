@@ -29,8 +29,9 @@ use tonic::{Code, Request, Status};
 
 use crate::app::{App, StartError};
 use crate::auth::{self, Identity, Role};
-use crate::coordinator::{Config, Shared, housekeeping};
+use crate::coordinator::{Config, Scheduler, housekeeping};
 use crate::error::ServerError;
+use crate::lifecycle::Lifecycle;
 use colball_core::RegisterError;
 use solver::SolverService;
 use workers::WorkersService;
@@ -65,31 +66,31 @@ pub async fn serve(
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "coordinator listening");
     }
-    let shared = app.scheduler.clone();
-    let housekeeping = tokio::spawn(housekeeping(shared.clone()));
-    let drain_timeout = shared.config.drain_timeout;
+    let scheduler = app.scheduler.clone();
+    let housekeeping = tokio::spawn(housekeeping(scheduler.clone()));
+    let drain_timeout = app.drain_timeout;
     // When the drain ends: `drain_timeout` after the shutdown began.
     let drain_until = Arc::new(std::sync::OnceLock::new());
     let closer = {
-        let shared = shared.clone();
+        let scheduler = scheduler.clone();
         let shutdown = shutdown.clone();
         let drain_until = drain_until.clone();
         async move {
             shutdown.cancelled().await;
             let _ = drain_until.set(tokio::time::Instant::now() + drain_timeout);
             tracing::info!("coordinator shutting down");
-            shared.tell(colball_core::Input::Shutdown);
-            shared.workers.send_replace(0);
+            scheduler.shut_down();
         }
     };
     let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = shared.config.tls.clone() {
-        builder = builder.tls_config(tls)?;
+    if let Some(tls) = app.access.tls() {
+        builder = builder.tls_config(tls.clone())?;
     }
-    let client_auth = auth::check_clients(shared.tokens.clone());
-    let worker_auth = auth::check(shared.config.worker_token.clone(), Role::Worker);
+    let client_auth = auth::check_clients(app.access.tokens().clone());
+    let worker_auth = auth::check(app.access.worker_token(), Role::Worker);
     let solver = SolverServer::new(SolverService {
-        shared: shared.clone(),
+        scheduler: scheduler.clone(),
+        access: app.access.clone(),
     })
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -99,7 +100,7 @@ pub async fn serve(
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let workers = WorkersServer::new(WorkersService {
-        shared: shared.clone(),
+        scheduler: scheduler.clone(),
     })
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -107,7 +108,11 @@ pub async fn serve(
     // client API, so it asks for the client token like the API itself.
     let (health, health_service) = tonic_health::server::health_reporter();
     health_initial(&health).await;
-    let health_task = tokio::spawn(report_health(shared.clone(), health));
+    let health_task = tokio::spawn(report_health(
+        scheduler.clone(),
+        app.lifecycle.clone(),
+        health,
+    ));
     let (reflection_v1, reflection_v1alpha) = reflection();
     let server = builder
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
@@ -148,9 +153,9 @@ pub async fn serve(
         .get()
         .copied()
         .unwrap_or_else(|| tokio::time::Instant::now() + drain_timeout);
-    if !shared.drain_tasks(until).await {
+    if !app.lifecycle.drain(until).await {
         tracing::warn!(
-            tasks = shared.running_tasks(),
+            tasks = app.lifecycle.running_tasks(),
             "drain timeout passed with tasks still running"
         );
     }
@@ -208,13 +213,17 @@ async fn health_initial(health: &tonic_health::server::HealthReporter) {
 /// `""`) and `colball.v1.Workers` serve while the coordinator runs;
 /// `colball.v1.Solver` serves only while at least one worker is connected
 /// (like `/readyz`). Everything turns NOT_SERVING at shutdown.
-async fn report_health(shared: Arc<Shared>, mut health: tonic_health::server::HealthReporter) {
+async fn report_health(
+    scheduler: Arc<Scheduler>,
+    lifecycle: Lifecycle,
+    mut health: tonic_health::server::HealthReporter,
+) {
     use tonic_health::ServingStatus::{NotServing, Serving};
     let (solver, workers) = service_names();
-    let mut count = shared.workers.subscribe();
+    let mut count = scheduler.workers();
     let mut last = None;
     loop {
-        let ready = *count.borrow_and_update() > 0 && !shared.shutdown.is_cancelled();
+        let ready = *count.borrow_and_update() > 0 && !lifecycle.shutting_down();
         // The count is republished on every housekeeping tick; health
         // watchers hear only real changes.
         if last != Some(ready) {
@@ -225,7 +234,7 @@ async fn report_health(shared: Arc<Shared>, mut health: tonic_health::server::He
         }
         tokio::select! {
             changed = count.changed() => if changed.is_err() { break },
-            () = shared.shutdown.cancelled() => break,
+            () = lifecycle.cancelled() => break,
         }
     }
     for service in ["", solver, workers] {

@@ -13,7 +13,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use super::{client_of, grade, grpc_timeout, priority};
-use crate::coordinator::Shared;
+use crate::access::Access;
+use crate::coordinator::Scheduler;
 use crate::coordinator::admission::{self, Admitted, Caller, Next, Parsed, Terms};
 use crate::coordinator::events;
 use crate::error::ServerError;
@@ -23,7 +24,8 @@ type EventStream = Pin<Box<dyn Stream<Item = Result<v1::ClusterEvent, Status>> +
 /// The client-facing service.
 #[derive(Debug)]
 pub(super) struct SolverService {
-    pub(super) shared: Arc<Shared>,
+    pub(super) scheduler: Arc<Scheduler>,
+    pub(super) access: Arc<Access>,
 }
 #[tonic::async_trait]
 impl Solver for SolverService {
@@ -40,7 +42,7 @@ impl Solver for SolverService {
             priority: priority(request.priority, Priority::Interactive)?,
         };
         let puzzle = request.puzzle.ok_or(ServerError::MissingPuzzle)?;
-        let batch = admission::read(&self.shared, vec![puzzle], 0)?;
+        let batch = admission::read(&self.scheduler, vec![puzzle], 0)?;
         if let Some(Parsed { puzzle: Err(e), .. }) = batch.first() {
             return Err(ServerError::from(colball_proto::InvalidPuzzle::clone(e)).into());
         }
@@ -48,8 +50,9 @@ impl Solver for SolverService {
             rpc: Some("solve"),
             ordered: false,
             deadline: None,
+            slot: Some(self.access.slot(&caller.client)?),
         };
-        let mut admitted = self.shared.admit(batch, &caller, terms).await?;
+        let mut admitted = self.scheduler.admit(batch, &caller, terms).await?;
         match admitted.next().await {
             Next::Results(mut results) => match results.pop() {
                 Some(result) => Ok(Response::new(result)),
@@ -66,7 +69,7 @@ impl Solver for SolverService {
         &self,
         request: Request<v1::GradeRequest>,
     ) -> Result<Response<grade::GradeStream>, Status> {
-        grade::grade(&self.shared, request).await
+        grade::grade(&self.scheduler, &self.access, request).await
     }
 
     type SolveBatchStream = ResultStream;
@@ -82,20 +85,23 @@ impl Solver for SolverService {
             client,
             priority: priority(request.priority, Priority::Normal)?,
         };
-        let batch = admission::read(&self.shared, request.puzzles, request.beyond)?;
+        let batch = admission::read(&self.scheduler, request.puzzles, request.beyond)?;
         let terms = Terms {
             rpc: Some("solve_batch"),
             ordered: request.ordered,
             deadline,
+            slot: Some(self.access.slot(&caller.client)?),
         };
-        let admitted = self.shared.admit(batch, &caller, terms).await?;
+        let admitted = self.scheduler.admit(batch, &caller, terms).await?;
         tracing::debug!(puzzles = admitted.total(), "batch admitted");
         // Results travel in groups (what arrived together); the response
         // stream hands them to tonic one by one, which writes what is
         // ready together.
         let (tx, rx) = mpsc::channel(16);
         let span = tracing::info_span!("request", id = admitted.id(), rpc = "solve_batch");
-        self.shared.spawn(span, forward(admitted, tx));
+        self.scheduler
+            .lifecycle()
+            .spawn(span, forward(admitted, tx));
         Ok(Response::new(Box::pin(futures_util::StreamExt::flat_map(
             ReceiverStream::new(rx),
             tokio_stream::iter,
@@ -110,15 +116,15 @@ impl Solver for SolverService {
     ) -> Result<Response<EventStream>, Status> {
         let from = request.into_inner().from_sequence;
         let subscription = self
-            .shared
+            .scheduler
             .events()
             .subscribe(from)
             .map_err(|gone| Status::out_of_range(gone.to_string()))?;
         tracing::debug!(?from, "watcher joined");
         let (tx, rx) = mpsc::channel(256);
-        self.shared.spawn(
+        self.scheduler.lifecycle().spawn(
             tracing::info_span!("watch"),
-            follow(self.shared.clone(), subscription, tx),
+            follow(self.scheduler.clone(), subscription, tx),
         );
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
@@ -129,7 +135,7 @@ impl Solver for SolverService {
 /// events; if even those have moved past it, its stream ends with
 /// OUT_OF_RANGE saying where it could resume.
 async fn follow(
-    shared: Arc<Shared>,
+    scheduler: Arc<Scheduler>,
     subscription: events::Subscription,
     tx: mpsc::Sender<Result<v1::ClusterEvent, Status>>,
 ) {
@@ -151,7 +157,7 @@ async fn follow(
         let received = tokio::select! {
             r = live.recv() => r,
             () = tx.closed() => return,
-            () = shared.shutdown.cancelled() => {
+            () = scheduler.lifecycle().cancelled() => {
                 let _ = tx.send(Err(ServerError::ShuttingDown.into())).await;
                 return;
             }
@@ -159,7 +165,7 @@ async fn follow(
         match received {
             Ok(event) => backlog.push(event),
             Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                match shared.events().since(after + 1) {
+                match scheduler.events().since(after + 1) {
                     Ok(missed) => backlog = missed,
                     Err(gone) => {
                         let message = format!("this watcher fell behind: {gone}");

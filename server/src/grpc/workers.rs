@@ -3,27 +3,25 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use colball_proto::PROTOCOL_VERSION;
-use colball_proto::v1::{self, coordinator_message, worker_message, workers_server::Workers};
-use tokio::sync::mpsc;
+use colball_proto::v1::{self, worker_message, workers_server::Workers};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::coordinator::{Link, Shared};
+use crate::coordinator::Scheduler;
 use crate::error::ServerError;
-use colball_core::{Input, LossReason, shown_name};
+use colball_core::{Input, LossReason};
 
 type SessionStream = Pin<Box<dyn Stream<Item = Result<v1::CoordinatorMessage, Status>> + Send>>;
 
 /// The worker-facing service.
 #[derive(Debug)]
 pub(super) struct WorkersService {
-    pub(super) shared: Arc<Shared>,
+    pub(super) scheduler: Arc<Scheduler>,
 }
 
 #[tonic::async_trait]
@@ -56,53 +54,29 @@ impl Workers for WorkersService {
             }
             .into());
         }
-        let shared = self.shared.clone();
+        let scheduler = self.scheduler.clone();
         let mut name: String = register.name.chars().take(64).collect();
         if name.is_empty() {
             name = "worker".to_string();
         }
-        // Credit bounds what is ever queued on this stream: assignments
-        // for at most the worker's credit, their cancels, and the greeting.
-        let (tx, rx) = mpsc::unbounded_channel();
-        let worker = shared.next_worker.fetch_add(1, Ordering::Relaxed);
-        let greeting = v1::CoordinatorMessage {
-            kind: Some(coordinator_message::Kind::Registered(v1::Registered {
-                worker_id: shown_name(&name, worker),
-                heartbeat_interval_ms: shared.config.heartbeat_interval.as_millis() as u32,
-                max_tasks: u32::try_from(shared.config.limits().credit.max_tasks(register.slots))
-                    .unwrap_or(u32::MAX),
-            })),
-        };
-        // The greeting goes first, before any assignment.
-        let _ = tx.send(Ok(greeting));
-        let stop = CancellationToken::new();
-        shared.links.insert(
-            worker,
-            Link {
-                tx,
-                stop: stop.clone(),
-            },
-        );
         let ip = peer.map(|p| p.ip());
-        let registered = shared.handle(Input::Register {
-            worker,
-            name: &name,
-            peer: ip,
-            slots: register.slots,
-        });
-        if let Err(e) = registered {
-            shared.links.remove(&worker);
-            tracing::warn!(peer = %crate::telemetry::addr(peer), %name, error = %e, "worker refused");
-            return Err(ServerError::from(e).into());
-        }
+        let session = match scheduler.register(&name, ip, register.slots) {
+            Ok(session) => session,
+            Err(e) => {
+                tracing::warn!(peer = %crate::telemetry::addr(peer), %name, error = %e, "worker refused");
+                return Err(ServerError::from(e).into());
+            }
+        };
+        let worker = session.worker;
         tracing::info!(peer = %crate::telemetry::addr(peer), %name, slots = register.slots, worker, "worker joined");
         let span = tracing::info_span!("worker", worker, %name);
-        shared
-            .clone()
-            .spawn(span, session_loop(shared, worker, inbound, stop));
+        scheduler.lifecycle().spawn(
+            span,
+            session_loop(scheduler.clone(), worker, inbound, session.stop),
+        );
         // A closed session's stream ends with a status saying why, or
         // without one when there is nothing to say.
-        let messages = UnboundedReceiverStream::new(rx).map_while(|m| match m {
+        let messages = UnboundedReceiverStream::new(session.messages).map_while(|m| match m {
             Ok(m) => Some(Ok(m)),
             Err(reason) => close_status(&reason).map(Err),
         });
@@ -113,7 +87,7 @@ impl Workers for WorkersService {
 /// Reads one worker's messages until its stream ends, the state closes its
 /// session, or the coordinator shuts down.
 async fn session_loop(
-    shared: Arc<Shared>,
+    scheduler: Arc<Scheduler>,
     worker: u64,
     mut inbound: Streaming<v1::WorkerMessage>,
     stop: CancellationToken,
@@ -131,26 +105,26 @@ async fn session_loop(
                 let _ = tokio::time::timeout(Duration::from_secs(5), linger).await;
                 return;
             }
-            () = shared.shutdown.cancelled() => break LossReason::Shutdown,
+            () = scheduler.lifecycle().cancelled() => break LossReason::Shutdown,
         };
         let message = match message {
             Ok(Some(m)) => m,
             Ok(None) | Err(_) => break LossReason::Disconnected,
         };
         match message.kind {
-            Some(worker_message::Kind::Heartbeat(h)) => shared.tell(Input::Heartbeat {
+            Some(worker_message::Kind::Heartbeat(h)) => scheduler.tell(Input::Heartbeat {
                 worker,
                 cache: h.cache,
             }),
-            None => shared.tell(Input::Heartbeat {
+            None => scheduler.tell(Input::Heartbeat {
                 worker,
                 cache: None,
             }),
             Some(worker_message::Kind::Draining(_)) => {
                 tracing::info!(worker, "worker draining");
-                shared.tell(Input::Drain { worker });
+                scheduler.tell(Input::Drain { worker });
             }
-            Some(worker_message::Kind::Results(batch)) => shared.tell(Input::Results {
+            Some(worker_message::Kind::Results(batch)) => scheduler.tell(Input::Results {
                 worker,
                 results: batch.results,
             }),
@@ -159,8 +133,7 @@ async fn session_loop(
             }
         }
     };
-    shared.tell(Input::WorkerLost { worker, reason });
-    shared.links.remove(&worker);
+    scheduler.session_ended(worker, reason);
 }
 
 /// The status a worker's stream ends with when the state closed its

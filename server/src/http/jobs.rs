@@ -176,7 +176,7 @@ impl FromRequestParts<App> for Caller {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Caller, Response> {
-        let check = crate::auth::check_clients(app.scheduler.tokens().clone());
+        let check = crate::auth::check_clients(app.access.tokens().clone());
         match check.verify(crate::http::token_of(&parts.headers, &parts.uri)) {
             Ok(Some(name)) => Ok(Caller(name.to_string())),
             Ok(None) => Ok(Caller(

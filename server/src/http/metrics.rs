@@ -29,7 +29,7 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::Registry;
 
 use super::process;
-use crate::coordinator::Shared;
+use crate::coordinator::Scheduler;
 use crate::coordinator::traffic::{Labels, TrafficMetrics, label};
 use crate::jobs::Jobs;
 use colball_core::Priority;
@@ -94,7 +94,7 @@ pub struct Metrics {
 impl Metrics {
     /// The registry of a coordinator's metrics: its scheduler's, and its
     /// jobs' when it has them.
-    pub fn new(shared: Arc<Shared>, jobs: Option<Arc<Jobs>>) -> Metrics {
+    pub fn new(shared: Arc<Scheduler>, jobs: Option<Arc<Jobs>>) -> Metrics {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(ProcessCollector));
         let colball = registry.sub_registry_with_prefix("colball");
@@ -237,7 +237,7 @@ impl Collector for ProcessCollector {
 /// counted cover the puzzles the snapshot counts as solved).
 #[derive(Debug)]
 pub struct StateCollector {
-    shared: Arc<Shared>,
+    shared: Arc<Scheduler>,
     traffic: TrafficMetrics,
 }
 
@@ -584,11 +584,10 @@ mod tests {
     #[test]
     fn the_registry_lives_on_and_counts_results_as_they_are_published() {
         use colball_proto::v1::{self, cluster_event::Kind, puzzle_result};
-        let shared = Shared::new(
-            crate::coordinator::Config::default(),
-            tokio_util::sync::CancellationToken::new(),
-        )
-        .unwrap();
+        let shared = Scheduler::new(
+            crate::coordinator::SchedulingConfig::default(),
+            crate::lifecycle::Lifecycle::new(tokio_util::sync::CancellationToken::new()),
+        );
         let metrics = Metrics::new(shared.clone(), None);
         let result = |strategy: &str, cached| {
             Kind::Result(v1::ResultEvent {

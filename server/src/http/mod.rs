@@ -40,8 +40,9 @@ use tokio::net::TcpListener;
 use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::access::Access;
 use crate::app::App;
-use crate::coordinator::Shared;
+use crate::coordinator::Scheduler;
 use crate::coordinator::traffic::{History, MovesCount, Recent};
 use colball_core::WorkerView;
 use metrics::{Metrics, MetricsFormat};
@@ -70,17 +71,19 @@ pub async fn run(listener: TcpListener, app: App, shutdown: CancellationToken) {
 /// What the endpoint's handlers (all but the job API's) share.
 #[derive(Clone)]
 struct Endpoint {
-    shared: Arc<Shared>,
+    scheduler: Arc<Scheduler>,
+    access: Arc<Access>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 }
 
 fn router(app: App, shutdown: CancellationToken) -> Router {
     let jobs = jobs::router(app.clone());
-    let shared = app.scheduler;
+    let scheduler = app.scheduler;
     let app = Endpoint {
-        metrics: Arc::new(Metrics::new(shared.clone(), Some(app.jobs))),
-        shared,
+        metrics: Arc::new(Metrics::new(scheduler.clone(), Some(app.jobs))),
+        scheduler,
+        access: app.access,
         shutdown,
     };
     let api = Router::new()
@@ -100,7 +103,7 @@ fn router(app: App, shutdown: CancellationToken) -> Router {
 /// Refuses an `/api` call without a valid client token (when tokens are
 /// configured) with 401 and the same message the gRPC API gives.
 async fn require_token(State(app): State<Endpoint>, request: Request, next: Next) -> Response {
-    let check = crate::auth::check_clients(app.shared.tokens().clone());
+    let check = crate::auth::check_clients(app.access.tokens().clone());
     match check.verify(token_of(request.headers(), request.uri())) {
         Ok(_) => next.run(request).await,
         Err(message) => (
@@ -145,7 +148,7 @@ async fn healthz(State(app): State<Endpoint>) -> (StatusCode, &'static str) {
 async fn readyz(State(app): State<Endpoint>) -> (StatusCode, &'static str) {
     if app.shutdown.is_cancelled() {
         (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
-    } else if app.shared.snapshot().0.workers == 0 {
+    } else if app.scheduler.snapshot().0.workers == 0 {
         (StatusCode::SERVICE_UNAVAILABLE, "no workers\n")
     } else {
         (StatusCode::OK, "ready\n")
@@ -198,9 +201,9 @@ struct Status {
     sequence: u64,
 }
 
-fn current(shared: &Shared) -> Status {
-    let (s, _) = shared.snapshot();
-    let t = shared.traffic();
+fn current(scheduler: &Scheduler) -> Status {
+    let (s, _) = scheduler.snapshot();
+    let t = scheduler.traffic();
     let answered: u64 = t.by_strategy.values().sum();
     let cached: u64 = ["cache", "result_cache", "shared"]
         .iter()
@@ -239,13 +242,13 @@ fn current(shared: &Shared) -> Status {
         recent_results: t.results,
         recent_failures: t.failures,
         by_moves: t.by_moves,
-        history: shared.events().history(),
+        history: scheduler.events().history(),
         sequence: t.newest_sequence,
     }
 }
 
 async fn status(State(app): State<Endpoint>) -> Json<Status> {
-    Json(current(&app.shared))
+    Json(current(&app.scheduler))
 }
 
 async fn stream(State(app): State<Endpoint>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
@@ -255,7 +258,7 @@ async fn stream(State(app): State<Endpoint>) -> Sse<impl Stream<Item = Result<Ev
     let events = tokio_stream::wrappers::IntervalStream::new(ticks)
         .take_while(move |_| !shutdown.is_cancelled())
         .map(move |_| {
-            let status = current(&app.shared);
+            let status = current(&app.scheduler);
             Ok(Event::default()
                 .event("status")
                 .json_data(&status)

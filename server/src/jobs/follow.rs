@@ -162,7 +162,7 @@ impl Jobs {
         let (tx, rx) = mpsc::channel(256);
         let span = tracing::info_span!("results", job = %row.id, from);
         let jobs = self.clone();
-        self.scheduler.spawn(span, async move {
+        self.lifecycle.spawn(span, async move {
             let seq = row.seq;
             let mut next = from;
             // The job's size, once its submission is sealed (a job followed
@@ -267,7 +267,7 @@ impl Jobs {
                             }
                         }
                         () = tx.closed() => return,
-                        () = jobs.scheduler.shutdown.cancelled() => {
+                        () = jobs.lifecycle.cancelled() => {
                             let _ = tx.send(Err(JobError::ShuttingDown)).await;
                             return;
                         }
@@ -341,7 +341,7 @@ impl Jobs {
                     _ = stored_elsewhere.recv() => {}
                     () = tokio::time::sleep(Duration::from_millis(500)) => {}
                     () = tx.closed() => return,
-                    () = jobs.scheduler.shutdown.cancelled() => {
+                    () = jobs.lifecycle.cancelled() => {
                         let _ = tx.send(Err(JobError::ShuttingDown)).await;
                         return;
                     }

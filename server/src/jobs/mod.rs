@@ -67,7 +67,8 @@ impl Followed {
 }
 
 use crate::coordinator::events;
-use crate::coordinator::{Config, Shared};
+use crate::coordinator::{Scheduler, StoreConfig};
+use crate::lifecycle::Lifecycle;
 use store::ToWrite;
 
 /// The limits jobs are held to (from the coordinator's config).
@@ -138,7 +139,8 @@ impl Patience {
 /// The jobs subsystem: see the module documentation.
 #[derive(Debug)]
 pub struct Jobs {
-    scheduler: Arc<Shared>,
+    scheduler: Arc<Scheduler>,
+    lifecycle: Lifecycle,
     store: Arc<dyn JobStore>,
     runs: DashMap<i64, Run>,
     keys: Keys,
@@ -148,6 +150,8 @@ pub struct Jobs {
     speed: Speedometer,
     /// Which webhooks are called, and how.
     webhooks: webhooks::WebhookConfig,
+    /// The clients' quotas (read again on SIGHUP).
+    quotas: quotas::Quotas,
     /// Counts of the work shared with other coordinators.
     pub(crate) sharing: Sharing,
     /// Counts of the webhook calls this coordinator made.
@@ -168,22 +172,30 @@ impl Jobs {
     /// Jobs over `store`, run on `scheduler`: starts the writer, takes up
     /// the store's unfinished jobs, and keeps the retention. Needs a tokio
     /// runtime.
-    pub fn start(scheduler: Arc<Shared>, store: Arc<dyn JobStore>, config: &Config) -> Arc<Jobs> {
+    pub fn start(
+        scheduler: Arc<Scheduler>,
+        store: Arc<dyn JobStore>,
+        config: &StoreConfig,
+        webhooks: webhooks::WebhookConfig,
+        quotas: quotas::Quotas,
+    ) -> Arc<Jobs> {
         let (writer, rx) = mpsc::unbounded_channel();
         let jobs = Arc::new(Jobs {
+            lifecycle: scheduler.lifecycle().clone(),
             scheduler,
+            quotas,
             store,
             runs: DashMap::new(),
             keys: Keys::default(),
             writer,
             limits: Limits {
                 max_job_puzzles: config.max_job_puzzles,
-                max_store_bytes: config.max_store_bytes,
+                max_store_bytes: config.max_bytes,
                 retention: config.job_retention,
                 lease: config.job_lease,
             },
             speed: Speedometer::default(),
-            webhooks: config.webhooks.clone(),
+            webhooks,
             sharing: Sharing::default(),
             webhook_calls: webhooks::Calls::default(),
         });
@@ -193,19 +205,38 @@ impl Jobs {
         // Unfinished jobs are taken up once at start on a store of its
         // own; on a shared store, by the first of the looks each second.
         if jobs.store.shared().is_some() {
-            jobs.scheduler.spawn(span(), jobs.clone().share());
+            jobs.lifecycle.spawn(span(), jobs.clone().share());
         } else {
-            jobs.scheduler.spawn(span(), jobs.clone().resume());
+            jobs.lifecycle.spawn(span(), jobs.clone().resume());
         }
-        jobs.scheduler.spawn(span(), jobs.clone().retention());
-        jobs.scheduler.spawn(span(), jobs.clone().deliver());
+        jobs.lifecycle.spawn(span(), jobs.clone().retention());
+        jobs.lifecycle.spawn(span(), jobs.clone().deliver());
         jobs
+    }
+
+    /// The clients' quotas.
+    pub fn quotas(&self) -> &quotas::Quotas {
+        &self.quotas
     }
 
     /// Whether this coordinator leads the store's maintenance (always, on
     /// a store of its own).
     pub fn leading(&self) -> bool {
         self.store.shared().is_none_or(|s| s.leading())
+    }
+
+    /// Waits for the next `tick` at which this coordinator leads the
+    /// store's maintenance; false once shutdown begins.
+    pub(crate) async fn next_lead(&self, tick: &mut tokio::time::Interval) -> bool {
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = self.lifecycle.cancelled() => return false,
+            }
+            if self.leading() {
+                return true;
+            }
+        }
     }
 
     /// Calls `call` on the store until it answers (see [`Patience`]).
@@ -221,7 +252,7 @@ impl Jobs {
         let mut patience = Patience::new(what);
         loop {
             match call().await {
-                Err(e) if patience.again(&e, &self.scheduler.shutdown, stop).await => {}
+                Err(e) if patience.again(&e, self.lifecycle.shutdown(), stop).await => {}
                 outcome => {
                     patience.done(outcome.is_ok());
                     return outcome;

@@ -72,7 +72,7 @@ impl Jobs {
             ))
             .into());
         }
-        let quotas = self.scheduler.quotas();
+        let quotas = &self.quotas;
         quotas
             .submission(client, Instant::now())
             .map_err(JobError::OverQuota)?;

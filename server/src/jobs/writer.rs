@@ -108,7 +108,7 @@ impl Jobs {
                 // (A group the store lost with its error is not tried again.)
                 (back, Err(e))
                     if !back.is_empty()
-                        && patience.again(&e, &self.scheduler.shutdown, None).await =>
+                        && patience.again(&e, self.lifecycle.shutdown(), None).await =>
                 {
                     group = back;
                 }

@@ -19,11 +19,10 @@ use tonic::Streaming;
 /// A coordinator config for tests: heartbeats every 100 ms (a lost worker
 /// is noticed within a few hundred ms) and a 5 s wait for a first worker.
 pub fn quick() -> colball_server::coordinator::Config {
-    colball_server::coordinator::Config {
-        heartbeat_interval: Duration::from_millis(100),
-        worker_grace: Duration::from_secs(5),
-        ..colball_server::coordinator::Config::default()
-    }
+    let mut config = colball_server::coordinator::Config::default();
+    config.scheduling.heartbeat_interval = Duration::from_millis(100);
+    config.scheduling.worker_grace = Duration::from_secs(5);
+    config
 }
 
 /// `n` puzzles of mixed sizes (mostly small, every `four_every`-th 4x4),

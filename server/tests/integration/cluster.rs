@@ -9,7 +9,7 @@ use colball_client::remote::{Client, ClientError};
 use colball_proto::PROTOCOL_VERSION;
 use colball_proto::v1::solver_client::SolverClient;
 use colball_proto::v1::{self, coordinator_message, puzzle_result};
-use colball_server::coordinator::Config;
+use colball_server::coordinator::{Config, SchedulingConfig};
 use colball_server::worker::WorkerError;
 use colball_solver::engine::break_even;
 use colball_solver::generate::Generator;
@@ -77,7 +77,7 @@ async fn a_puzzle_repeated_in_one_batch_is_dispatched_once() {
         next += 1;
     }
     assert_eq!(next, 40);
-    assert_eq!(cluster.shared.snapshot().0.counters.solved, 4);
+    assert_eq!(cluster.scheduler.snapshot().0.counters.solved, 4);
     cluster.shutdown().await;
 }
 
@@ -102,10 +102,10 @@ async fn two_clients_sending_the_same_puzzles_at_once_share_each_solve() {
     assert_eq!(first, second);
     // Each puzzle was solved once: the second request followed the first's
     // pending tasks (or, for those already done, hit the result cache).
-    assert_eq!(cluster.shared.snapshot().0.counters.solved, 200);
+    assert_eq!(cluster.scheduler.snapshot().0.counters.solved, 200);
     // And the second's answers are counted as what they were: shared
     // solves, or result cache hits, never both.
-    let by = cluster.shared.traffic().by_strategy;
+    let by = cluster.scheduler.traffic().by_strategy;
     let count = |k: &str| by.get(k).copied().unwrap_or(0);
     assert_eq!(count("shared") + count("result_cache"), 200, "{by:?}");
     assert!(count("shared") > 0, "{by:?}");
@@ -217,7 +217,10 @@ async fn bad_puzzles_are_error_results_naming_id_and_field() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_workers_is_a_clear_unavailable_error() {
     let config = Config {
-        worker_grace: Duration::from_millis(200),
+        scheduling: SchedulingConfig {
+            worker_grace: Duration::from_millis(200),
+            ..quick().scheduling
+        },
         ..quick()
     };
     let cluster = LocalCluster::start(config, 0, 1).await.unwrap();
@@ -234,7 +237,10 @@ async fn no_workers_is_a_clear_unavailable_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admission_is_bounded() {
     let config = Config {
-        max_pending: 50,
+        scheduling: SchedulingConfig {
+            max_pending: 50,
+            ..quick().scheduling
+        },
         ..quick()
     };
     let cluster = LocalCluster::start(config, 0, 1).await.unwrap();
@@ -276,7 +282,7 @@ async fn a_silent_worker_is_lost_and_its_puzzles_solved_elsewhere() {
         assert!(r.worker.starts_with("real"), "{}", r.worker);
     }
     assert_eq!(seen.len(), puzzles.len());
-    let (snapshot, _) = cluster.shared.snapshot();
+    let (snapshot, _) = cluster.scheduler.snapshot();
     assert_eq!(snapshot.counters.workers_lost, 1);
     assert_eq!(snapshot.counters.redispatched, 40);
     drop(fake);
@@ -324,7 +330,7 @@ async fn a_client_that_goes_away_cancels_its_work() {
     assert_eq!(cancelled, held);
     // The queued rest is gone too.
     let deadline = tokio::time::Instant::now() + WAIT;
-    while cluster.shared.snapshot().0.pending > 0 {
+    while cluster.scheduler.snapshot().0.pending > 0 {
         assert!(tokio::time::Instant::now() < deadline, "work left pending");
         tokio::task::yield_now().await;
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -365,7 +371,7 @@ async fn a_protocol_version_mismatch_is_refused() {
         panic!("expected a refusal")
     };
     assert!(message.contains("protocol version 99"), "{message}");
-    assert_eq!(cluster.shared.snapshot().0.workers, 0);
+    assert_eq!(cluster.scheduler.snapshot().0.workers, 0);
     cluster.shutdown().await;
 }
 
@@ -386,7 +392,7 @@ async fn a_protocol_1_worker_is_refused_before_any_task() {
         "{}",
         status.message()
     );
-    assert_eq!(cluster.shared.snapshot().0.workers, 0);
+    assert_eq!(cluster.scheduler.snapshot().0.workers, 0);
     // The current version joins the same coordinator and is told how many
     // tasks it may be sent.
     let mut fake = FakeWorker::register_speaking(&cluster.url(), "v2", 2, PROTOCOL_VERSION)
@@ -419,6 +425,6 @@ async fn a_draining_worker_finishes_what_it_holds() {
         assert!(seen.insert(r.unwrap().index));
     }
     assert_eq!(seen.len(), puzzles.len());
-    assert_eq!(cluster.shared.snapshot().0.counters.redispatched, 0);
+    assert_eq!(cluster.scheduler.snapshot().0.counters.redispatched, 0);
     cluster.shutdown().await;
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::common::four_by_four;
 use colball_client::jobs::Jobs;
 use colball_client::remote::{Client, Security};
-use colball_server::coordinator::Config;
+use colball_server::coordinator::{Config, SchedulingConfig};
 use colball_testkit::LocalCluster;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
@@ -279,7 +279,10 @@ fn png_size(png: &[u8]) -> (u32, u32) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_workers_joining_and_answers_rising_live() {
     let config = Config {
-        heartbeat_interval: Duration::from_millis(100),
+        scheduling: SchedulingConfig {
+            heartbeat_interval: Duration::from_millis(100),
+            ..Config::default().scheduling
+        },
         ..Config::default()
     };
     let mut cluster = LocalCluster::start(config, 0, 1).await.unwrap();

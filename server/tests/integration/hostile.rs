@@ -10,7 +10,7 @@ use colball_client::remote::Client;
 use colball_proto::v1::{self, coordinator_message, worker_message};
 use colball_proto::work::outcome_from_notation as worker_answer;
 use colball_proto::work::task_puzzle;
-use colball_server::coordinator::Config;
+use colball_server::coordinator::{Config, SchedulingConfig};
 use colball_solver::{BidirSearch, Puzzle};
 use colball_testkit::LocalCluster;
 use tokio_stream::StreamExt;
@@ -124,8 +124,11 @@ async fn lying_or_broken_workers_never_reach_a_client_or_the_cache() {
     .enumerate()
     {
         let config = Config {
-            task_timeout: Duration::from_secs(1),
-            audit_rate: 0.0,
+            scheduling: SchedulingConfig {
+                task_timeout: Duration::from_secs(1),
+                audit_rate: 0.0,
+                ..quick().scheduling
+            },
             ..quick()
         };
         // The liar joins first, so it is given work before the honest one.
@@ -144,7 +147,7 @@ async fn lying_or_broken_workers_never_reach_a_client_or_the_cache() {
             .await
             .unwrap_or_else(|_| panic!("{lie:?}: the liar's session is still open"))
             .unwrap();
-        let (snapshot, _) = cluster.shared.snapshot();
+        let (snapshot, _) = cluster.scheduler.snapshot();
         match lie {
             Lie::NoOutcome => {
                 assert_eq!(
@@ -193,7 +196,10 @@ async fn lying_or_broken_workers_never_reach_a_client_or_the_cache() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_audit_catches_answers_that_replay_but_are_too_long() {
     let config = Config {
-        audit_rate: 1.0,
+        scheduling: SchedulingConfig {
+            audit_rate: 1.0,
+            ..quick().scheduling
+        },
         ..quick()
     };
     let cluster = LocalCluster::start(config, 0, 1).await.unwrap();
@@ -229,7 +235,7 @@ async fn an_audit_catches_answers_that_replay_but_are_too_long() {
     assert_eq!(ended.map(|s| s.code()), Some(Code::PermissionDenied));
     // Every answer the cluster gives now is optimal: the padder's cached
     // answers were evicted when it was caught.
-    let (snapshot, _) = cluster.shared.snapshot();
+    let (snapshot, _) = cluster.scheduler.snapshot();
     assert_eq!(snapshot.counters.quarantined, 1);
     assert!(snapshot.counters.rejected[5] >= 1, "not_optimal rejections");
     solve_exactly(&mut client, &puzzles, &answers).await;
@@ -289,7 +295,10 @@ async fn the_real_binaries_refuse_a_liar_and_stay_exact() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_worker_does_not_hold_a_batch_until_the_task_timeout() {
     let config = Config {
-        audit_rate: 0.0,
+        scheduling: SchedulingConfig {
+            audit_rate: 0.0,
+            ..quick().scheduling
+        },
         ..quick()
     };
     let cluster = LocalCluster::start(config, 0, 1).await.unwrap();
@@ -307,7 +316,7 @@ async fn a_hung_worker_does_not_hold_a_batch_until_the_task_timeout() {
     let started = std::time::Instant::now();
     solve_exactly(&mut client, &puzzles, &answers).await;
     let took = started.elapsed();
-    let (snapshot, _) = cluster.shared.snapshot();
+    let (snapshot, _) = cluster.scheduler.snapshot();
     let c = &snapshot.counters;
     assert_eq!(c.timed_out, 0, "the batch waited for the task timeout");
     assert!(took < Duration::from_secs(20), "took {took:?}");

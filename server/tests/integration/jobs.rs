@@ -10,7 +10,7 @@ use colball_client::jobs::Jobs;
 use colball_client::remote::{ClientError, Security};
 use colball_proto::Secret;
 use colball_proto::v1::{self, puzzle_result};
-use colball_server::coordinator::Config;
+use colball_server::coordinator::{AccessConfig, Config, SchedulingConfig, StoreConfig};
 use colball_testkit::LocalCluster;
 use colball_testkit::postgres::TempPostgres;
 use colball_testkit::procs::{self, Stderr, wait_metric};
@@ -107,7 +107,10 @@ async fn jobs_belong_to_their_client_and_can_be_cancelled() {
     let tokens = dir.join("tokens");
     std::fs::write(&tokens, "alice a-token\nbob b-token\n").unwrap();
     let config = Config {
-        client_tokens_file: Some(tokens),
+        access: AccessConfig {
+            client_tokens_file: Some(tokens),
+            ..quick().access
+        },
         ..quick()
     };
     let cluster = LocalCluster::start(config, 0, 1).await.unwrap();
@@ -470,8 +473,11 @@ async fn a_followed_job_rides_out_three_coordinator_kills_at_random_moments() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_store_refuses_new_jobs_naming_the_flag() {
     let config = Config {
-        // Smaller than an empty database: every submission is refused.
-        max_store_bytes: Some(1),
+        store: StoreConfig {
+            // Smaller than an empty database: every submission is refused.
+            max_bytes: Some(1),
+            ..quick().store
+        },
         ..quick()
     };
     let cluster = LocalCluster::start(config, 1, 1).await.unwrap();
@@ -493,8 +499,14 @@ async fn a_full_store_refuses_new_jobs_naming_the_flag() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_that_fills_up_mid_job_fails_that_job_and_serves_on() {
     let config = Config {
-        max_store_bytes: Some(96 * 1024),
-        cache_capacity: 0,
+        scheduling: SchedulingConfig {
+            cache_capacity: 0,
+            ..quick().scheduling
+        },
+        store: StoreConfig {
+            max_bytes: Some(96 * 1024),
+            ..quick().store
+        },
         ..quick()
     };
     let cluster = LocalCluster::start(config, 1, 2).await.unwrap();
@@ -590,7 +602,10 @@ async fn the_http_job_api_submits_lists_streams_and_deletes() {
     let tokens = dir.join("tokens");
     std::fs::write(&tokens, "alice a-token\nbob b-token\n").unwrap();
     let config = Config {
-        client_tokens_file: Some(tokens),
+        access: AccessConfig {
+            client_tokens_file: Some(tokens),
+            ..quick().access
+        },
         ..quick()
     };
     let cluster = LocalCluster::start(config, 1, 1).await.unwrap();
@@ -1032,7 +1047,10 @@ async fn a_job_is_read_by_its_key_while_its_puzzles_are_still_arriving() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_submission_that_ends_short_of_what_it_announced_is_not_a_job() {
     let config = Config {
-        max_job_puzzles: 1000,
+        store: StoreConfig {
+            max_job_puzzles: 1000,
+            ..quick().store
+        },
         ..quick()
     };
     let cluster = LocalCluster::start(config, 1, 1).await.unwrap();
@@ -1080,7 +1098,10 @@ async fn a_submission_cut_short_stops_its_run_and_leaves_nothing() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let config = Config {
-        data_dir: Some(dir.clone()),
+        store: StoreConfig {
+            data_dir: Some(dir.clone()),
+            ..quick().store
+        },
         ..quick()
     };
     let cluster = LocalCluster::start(config, 0, 1).await.unwrap();
@@ -1158,15 +1179,15 @@ async fn streams_cut_by_a_shutdown_say_so_by_their_reason() {
         };
         (job_end, batch_end)
     });
-    let shared = cluster.shared.clone();
+    let lifecycle = cluster.app.lifecycle.clone();
     assert!(
-        shared.running_tasks() >= 3,
+        lifecycle.running_tasks() >= 3,
         "the job, its follower, the session"
     );
     cluster.shutdown().await;
     // The shutdown waited for the tasks of the job, its follower, the
     // batch and the worker's session.
-    assert_eq!(shared.running_tasks(), 0);
+    assert_eq!(lifecycle.running_tasks(), 0);
     let (job_end, batch_end) = ends.await.unwrap();
     for end in [job_end, batch_end] {
         let status = end.expect("the stream ended with a status");

@@ -11,7 +11,7 @@ use colball_client::remote::Client;
 use colball_proto::v1::cluster_event::Kind;
 use colball_proto::v1::solver_client::SolverClient;
 use colball_proto::v1::{self, ClusterEvent};
-use colball_server::coordinator::Config;
+use colball_server::coordinator::{Config, SchedulingConfig};
 use colball_testkit::LocalCluster;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_stream::StreamExt;
@@ -169,7 +169,10 @@ async fn watchers_see_workers_batches_results_and_can_resume() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resume_point_that_is_gone_is_out_of_range_with_the_retained_range() {
     let config = Config {
-        events_retained: 10,
+        scheduling: SchedulingConfig {
+            events_retained: 10,
+            ..quick().scheduling
+        },
         ..quick()
     };
     let cluster = LocalCluster::start(config, 1, 1).await.unwrap();
@@ -177,7 +180,7 @@ async fn a_resume_point_that_is_gone_is_out_of_range_with_the_retained_range() {
     let mut client = Client::connect(&cluster.url()).await.unwrap();
     let n = results(&mut client, &puzzles).await;
     assert_eq!(n, 30);
-    let newest = cluster.shared.traffic().newest_sequence;
+    let newest = cluster.scheduler.traffic().newest_sequence;
     assert!(newest > 30, "a join, an accept, 30 results, a finish");
     let mut raw = SolverClient::connect(cluster.url()).await.unwrap();
     let status = raw

@@ -380,7 +380,7 @@ impl Drop for PrometheusServer {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_prometheus_server_scrapes_the_coordinator_and_answers_queries() {
     let (cluster, http) = busy_cluster().await;
-    let solved = cluster.shared.snapshot().0.counters.solved as f64;
+    let solved = cluster.scheduler.snapshot().0.counters.solved as f64;
     assert!(solved > 0.0);
     let prometheus = PrometheusServer::start(http);
     prometheus.ready().await;

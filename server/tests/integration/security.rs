@@ -8,7 +8,7 @@ use colball_client::remote::{Client, ClientError, Security};
 use colball_proto::v1::solver_client::SolverClient;
 use colball_proto::v1::{self, puzzle_result};
 use colball_proto::{MAX_ID_BYTES, MAX_MESSAGE_BYTES, Secret};
-use colball_server::coordinator::Config;
+use colball_server::coordinator::{AccessConfig, Config, SchedulingConfig};
 use colball_server::worker::WorkerError;
 use colball_testkit::LocalCluster;
 use colball_testkit::pki::Pki;
@@ -31,8 +31,11 @@ fn with_token(token: &str) -> Security {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_guard_clients_and_workers_separately() {
     let config = Config {
-        client_token: Some(secret("client-secret")),
-        worker_token: Some(secret("worker-secret")),
+        access: AccessConfig {
+            client_token: Some(secret("client-secret")),
+            worker_token: Some(secret("worker-secret")),
+            ..quick().access
+        },
         ..quick()
     };
     let mut cluster = LocalCluster::start(config, 1, 1).await.unwrap();
@@ -80,7 +83,7 @@ async fn tokens_guard_clients_and_workers_separately() {
         assert!(message.contains("worker token"), "{message}");
         assert!(!message.contains("secret"), "{message}");
     }
-    assert_eq!(cluster.shared.snapshot().0.workers, 1);
+    assert_eq!(cluster.scheduler.snapshot().0.workers, 1);
     cluster.shutdown().await;
 }
 
@@ -88,8 +91,11 @@ async fn tokens_guard_clients_and_workers_separately() {
 async fn tls_serves_workers_and_clients_that_trust_the_ca() {
     let pki = Pki::new();
     let config = Config {
-        tls: Some(pki.server()),
-        client_token: Some(secret("t")),
+        access: AccessConfig {
+            tls: Some(pki.server()),
+            client_token: Some(secret("t")),
+            ..quick().access
+        },
         ..quick()
     };
     let cluster = LocalCluster::start_tls(config, 1, 1, Some(pki.client()))
@@ -255,9 +261,15 @@ async fn messages_over_the_size_limit_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_limit_names_itself_and_its_flag() {
     let config = Config {
-        max_pending: 50,
-        max_batch: 30,
-        max_batches_per_client: 2,
+        scheduling: SchedulingConfig {
+            max_pending: 50,
+            max_batch: 30,
+            ..quick().scheduling
+        },
+        access: AccessConfig {
+            max_requests_per_client: 2,
+            ..quick().access
+        },
         ..quick()
     };
     let cluster = LocalCluster::start(config, 0, 1).await.unwrap();

@@ -10,7 +10,7 @@ use crate::common::{FakeWorker, four_by_four, quick};
 use colball_client::remote::{Client, ClientError, Security};
 use colball_proto::Secret;
 use colball_proto::v1::cluster_event::Kind;
-use colball_server::coordinator::Config;
+use colball_server::coordinator::{AccessConfig, Config};
 use colball_testkit::LocalCluster;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_stream::StreamExt;
@@ -45,8 +45,11 @@ async fn named_tokens_tell_clients_apart_and_reload() {
     let tokens = dir.join("tokens");
     std::fs::write(&tokens, "# graders\nalice tok-alice\nbob tok-bob\n").unwrap();
     let config = Config {
-        client_tokens_file: Some(tokens.clone()),
-        max_batches_per_client: 1,
+        access: AccessConfig {
+            client_tokens_file: Some(tokens.clone()),
+            max_requests_per_client: 1,
+            ..quick().access
+        },
         ..quick()
     };
     let cluster = LocalCluster::start(config, 0, 1).await.unwrap();
@@ -102,7 +105,7 @@ async fn named_tokens_tell_clients_apart_and_reload() {
 
     // Bob's token is withdrawn; carol gets one. No restart.
     std::fs::write(&tokens, "alice tok-alice\ncarol tok-carol\n").unwrap();
-    assert_eq!(cluster.shared.reload_tokens().unwrap(), 2);
+    assert_eq!(cluster.app.access.reload_tokens().unwrap(), 2);
     let Err(ClientError::Status(status)) = bob.solve_stream(&four_by_four(4, 1), false).await
     else {
         panic!("bob's withdrawn token was accepted")
@@ -120,7 +123,7 @@ async fn named_tokens_tell_clients_apart_and_reload() {
     // A broken file is refused, naming its line, and changes nothing: carol
     // is still known as carol (her limit, not her token, refuses her second).
     std::fs::write(&tokens, "alice\n").unwrap();
-    let e = cluster.shared.reload_tokens().unwrap_err();
+    let e = cluster.app.access.reload_tokens().unwrap_err();
     assert!(e.to_string().contains(":1:"), "{e}");
     let Err(ClientError::Status(status)) = carol.solve_stream(&four_by_four(6, 1), false).await
     else {

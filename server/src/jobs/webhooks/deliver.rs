@@ -250,14 +250,7 @@ impl Jobs {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut said = false;
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                () = self.scheduler.shutdown.cancelled() => return,
-            }
-            if !self.leading() {
-                continue;
-            }
+        while self.next_lead(&mut tick).await {
             let due = match self
                 .store
                 .webhooks_due(events::unix_ms(), 4 * CONCURRENT)

@@ -23,15 +23,16 @@ use colball_proto::egress;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
+mod steps;
+
 use super::Jobs;
 use super::keys::KeyHold;
 pub use super::store::WINDOW;
-use super::store::{
-    Claim, Finished, JobRow, JobState, Pending, SharedStore, StoreError, ToWrite, Wake,
-};
+use super::store::{Claim, Finished, JobRow, JobState, SharedStore, StoreError, ToWrite, Wake};
 use crate::coordinator::admission::{Caller, Next, Parsed, Terms};
-use crate::coordinator::events::{self, BatchEvents};
+use crate::coordinator::events::{self, RequestEvents};
 use crate::error::ServerError;
+use steps::{Action, Claimed, Event, Outcome, Seen, Taken, Until, WindowLoop};
 
 /// How often a coordinator on a shared store renews its leases and looks
 /// for jobs begun or ended elsewhere (hints from the store come sooner),
@@ -81,114 +82,174 @@ pub(super) struct Upload {
 /// back from the store what was just written.
 pub(super) type Live = Arc<Vec<egress::PuzzleResult>>;
 
-/// How a run ended, for its watchers.
-const STOPPED: &str = "cancelled or stopped";
-const COMPLETE: &str = "complete";
-
-/// Where a run's windows come from.
-enum Windows<'s> {
-    /// A store of this coordinator's own: the next puzzles without a
-    /// result after the last window's (`after`), in index order.
-    Local { after: Option<u64> },
-    /// A store shared with other coordinators: windows claimed under a
-    /// lease; `ran` are those this run fed (window and claim's epoch), each
-    /// with the count of fed results at which its own are all stored (then
-    /// it is finished).
-    Shared {
-        store: &'s dyn SharedStore,
-        ran: VecDeque<(u64, u64, u64)>,
-    },
+/// What a run's waits watch: its results stored, its upload, and the
+/// workers connected.
+struct Watch {
+    stored: watch::Receiver<u64>,
+    upload: watch::Receiver<Upload>,
+    workers: watch::Receiver<usize>,
 }
 
-/// A window claimed from a shared store: its number and the claim's epoch
-/// (the fence its results are written under).
-type Claimed = (u64, u64);
-
-/// A run's next step, from [`Windows::next`].
-enum Step {
-    /// Puzzles to solve, of the window `.1` claimed (on a shared store).
-    Window(Vec<Pending>, Option<Claimed>),
-    /// Nothing left without a result (of what has been uploaded).
-    Empty,
-    /// Nothing free now; the rest is held (shared store).
-    Busy,
+impl Watch {
+    /// The counts now.
+    fn seen(&mut self) -> Seen {
+        Seen {
+            stored: *self.stored.borrow_and_update(),
+            upload: *self.upload.borrow_and_update(),
+            workers: *self.workers.borrow_and_update(),
+        }
+    }
 }
 
-impl Windows<'_> {
-    /// The next window of job `seq`; `stored` results of this run's are
-    /// stored. On a shared store, first finishes the windows whose results
-    /// are all stored.
-    async fn next(&mut self, jobs: &Jobs, seq: i64, stored: u64) -> Result<Step, StoreError> {
-        match self {
-            Windows::Local { after } => {
-                let window = jobs.store.pending(seq, *after, WINDOW).await?;
-                Ok(if window.is_empty() {
-                    Step::Empty
-                } else {
-                    Step::Window(window, None)
-                })
+/// Where a run's windows come from: a store of this coordinator's own
+/// ([`Local`]) or one shared with other coordinators ([`Shared`]). The
+/// window loop ([`steps`]) is the same over both.
+pub(super) trait Source: Send {
+    /// The next window, `stored` of this run's results being stored.
+    fn take(&mut self, stored: u64) -> impl Future<Output = Result<Taken, StoreError>> + Send;
+    /// The window fed, up to index `last`, has all its results stored once
+    /// `fed` of this run's are.
+    fn record(&mut self, last: u64, claimed: Option<Claimed>, fed: u64);
+    /// Lets the windows held go back to the store (a window whose request
+    /// failed), waiting for the store unless `cancel` fires.
+    fn let_go(&mut self, cancel: &CancellationToken) -> impl Future<Output = ()> + Send;
+    /// Marks the job done, waiting for the store unless `cancel` fires.
+    fn complete(&mut self, cancel: &CancellationToken) -> impl Future<Output = ()> + Send;
+    /// The run stopped short of completing: lets go of what it holds.
+    fn stopped(&mut self) -> impl Future<Output = ()> + Send;
+}
+
+/// A store of this coordinator's own: the next puzzles without a result
+/// after the last window's (`after`), in index order.
+struct Local<'a> {
+    jobs: &'a Jobs,
+    job: i64,
+    after: Option<u64>,
+}
+
+impl Source for Local<'_> {
+    async fn take(&mut self, _stored: u64) -> Result<Taken, StoreError> {
+        let window = self
+            .jobs
+            .store
+            .pending(self.job, self.after, WINDOW)
+            .await?;
+        Ok(if window.is_empty() {
+            Taken::Empty
+        } else {
+            Taken::Window(window, None)
+        })
+    }
+
+    fn record(&mut self, last: u64, _claimed: Option<Claimed>, _fed: u64) {
+        self.after = Some(last);
+    }
+
+    async fn let_go(&mut self, _cancel: &CancellationToken) {}
+
+    async fn complete(&mut self, cancel: &CancellationToken) {
+        let (jobs, job) = (self.jobs, self.job);
+        let done_ms = events::unix_ms();
+        let _ = jobs
+            .patiently("marking a job done", Some(cancel), || {
+                jobs.store.set_state(job, JobState::Done, "", done_ms)
+            })
+            .await;
+    }
+
+    async fn stopped(&mut self) {}
+}
+
+/// A store shared with other coordinators: windows claimed under a lease;
+/// `ran` are those this run fed (window and claim's epoch), each with the
+/// count of fed results at which its own are all stored (then it is
+/// finished).
+struct Shared<'a> {
+    jobs: &'a Jobs,
+    store: &'a dyn SharedStore,
+    job: i64,
+    ran: VecDeque<(u64, u64, u64)>,
+}
+
+impl Source for Shared<'_> {
+    /// First finishes the windows whose results are all stored, then
+    /// claims the next, in one call.
+    async fn take(&mut self, stored: u64) -> Result<Taken, StoreError> {
+        let (jobs, store) = (self.jobs, self.store);
+        let finishing: Vec<(u64, u64)> = self
+            .ran
+            .iter()
+            .take_while(|&&(_, _, at)| stored >= at)
+            .map(|&(win, epoch, _)| (win, epoch))
+            .collect();
+        let (claim, finished) = store
+            .finish_and_claim(self.job, store.holder(), jobs.limits.lease, &finishing)
+            .await?;
+        self.ran.drain(..finishing.len());
+        for (win, how) in finished {
+            if how == Finished::Lost {
+                jobs.sharing.windows_lost.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    window = win,
+                    "lost a window: its lease ran out (this coordinator was stopped or cut off) and another took it over; what was solved here for it was refused"
+                );
             }
-            Windows::Shared { store, ran } => {
-                let finishing: Vec<(u64, u64)> = ran
-                    .iter()
-                    .take_while(|&&(_, _, at)| stored >= at)
-                    .map(|&(win, epoch, _)| (win, epoch))
-                    .collect();
-                let lease = jobs.limits.lease;
-                let (claim, finished) = store
-                    .finish_and_claim(seq, store.holder(), lease, &finishing)
-                    .await?;
-                ran.drain(..finishing.len());
-                for (win, how) in finished {
-                    if how == Finished::Lost {
-                        jobs.sharing.windows_lost.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(
-                            window = win,
-                            "lost a window: its lease ran out (this coordinator was stopped or cut off) and another took it over; what was solved here for it was refused"
-                        );
-                    }
+        }
+        Ok(match claim {
+            Claim::Window {
+                win,
+                epoch,
+                pending,
+                took_over,
+            } => {
+                let sharing = &jobs.sharing;
+                sharing.windows_claimed.fetch_add(1, Ordering::Relaxed);
+                if took_over {
+                    sharing.windows_taken_over.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(window = win, "took over a window whose lease ran out");
                 }
-                Ok(match claim {
-                    Claim::Window {
-                        win,
-                        epoch,
-                        pending,
-                        took_over,
-                    } => {
-                        let sharing = &jobs.sharing;
-                        sharing.windows_claimed.fetch_add(1, Ordering::Relaxed);
-                        if took_over {
-                            sharing.windows_taken_over.fetch_add(1, Ordering::Relaxed);
-                            tracing::info!(window = win, "took over a window whose lease ran out");
-                        }
-                        Step::Window(pending, Some((win, epoch)))
-                    }
-                    // Every window done, ours too (each of its results
-                    // is stored, by this run or a taker's).
-                    Claim::Done => Step::Empty,
-                    Claim::Busy => Step::Busy,
-                })
+                Taken::Window(pending, Some((win, epoch)))
             }
+            // Every window done, ours too (each of its results is stored,
+            // by this run or a taker's).
+            Claim::Done => Taken::Empty,
+            // The rest is held elsewhere (or is ours, its results not
+            // stored yet): look again when the first of ours can be
+            // finished.
+            Claim::Busy => Taken::Busy {
+                due: self.ran.front().map(|&(_, _, at)| at),
+            },
+        })
+    }
+
+    fn record(&mut self, _last: u64, claimed: Option<Claimed>, fed: u64) {
+        if let Some((win, epoch)) = claimed {
+            self.ran.push_back((win, epoch, fed));
         }
     }
 
-    /// The count of this run's stored results at which the first of its
-    /// windows not finished yet can be (on a shared store).
-    fn due(&self) -> Option<u64> {
-        match self {
-            Windows::Local { .. } => None,
-            Windows::Shared { ran, .. } => ran.front().map(|&(_, _, at)| at),
-        }
+    async fn let_go(&mut self, cancel: &CancellationToken) {
+        let (jobs, store, job) = (self.jobs, self.store, self.job);
+        let _ = jobs
+            .patiently("letting go of a job's windows", Some(cancel), || {
+                store.release(job, store.holder())
+            })
+            .await;
     }
 
-    /// Window `win` was fed, up to index `last`; its results are all
-    /// stored once `fed` of this run's are.
-    fn ran(&mut self, last: u64, claimed: Option<Claimed>, fed: u64) {
-        match (self, claimed) {
-            (Windows::Local { after }, _) => *after = Some(last),
-            (Windows::Shared { ran, .. }, Some((win, epoch))) => ran.push_back((win, epoch, fed)),
-            (Windows::Shared { .. }, None) => {}
-        }
+    async fn complete(&mut self, cancel: &CancellationToken) {
+        let (jobs, store, job) = (self.jobs, self.store, self.job);
+        let done_ms = events::unix_ms();
+        let _ = jobs
+            .patiently("marking a job done", Some(cancel), || {
+                store.complete(job, done_ms)
+            })
+            .await;
+    }
+
+    async fn stopped(&mut self) {
+        // What this run held is anyone's at once.
+        let _ = self.store.release(self.job, self.store.holder()).await;
     }
 }
 
@@ -223,7 +284,7 @@ impl Jobs {
             }
         }
         let span = tracing::info_span!("job", job = %self.store.job_id(seq));
-        self.scheduler
+        self.lifecycle
             .spawn(span, self.clone().feed(seq, cancel, row));
     }
 
@@ -281,14 +342,7 @@ impl Jobs {
         }
         let every = (period / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
         let mut tick = tokio::time::interval(every);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                () = self.scheduler.shutdown.cancelled() => return,
-            }
-            if !self.leading() {
-                continue;
-            }
+        while self.next_lead(&mut tick).await {
             let keep = self.limits.retention.as_millis() as i64;
             let before = events::unix_ms().saturating_sub(keep);
             match self.store.expire(before).await {
@@ -346,7 +400,7 @@ impl Jobs {
                     Ok(Wake::Jobs) | Err(broadcast::error::RecvError::Lagged(_)) => false,
                     Err(broadcast::error::RecvError::Closed) => return,
                 },
-                () = self.scheduler.shutdown.cancelled() => return,
+                () = self.lifecycle.cancelled() => return,
             };
             if renew {
                 if let Err(e) = shared.renew(shared.holder(), self.limits.lease).await {
@@ -450,7 +504,7 @@ impl Jobs {
             // A job still arriving becomes RUNNING when it is sealed.
             let _ = self.store.set_state(seq, JobState::Running, "", 0).await;
         }
-        let mut events = BatchEvents::accept(
+        let mut events = RequestEvents::accept(
             self.scheduler.events().clone(),
             row.remaining() as usize,
             "job",
@@ -462,7 +516,7 @@ impl Jobs {
             priority,
         };
         let outcome = self.run(&row, &caller, &cancel, &mut events).await;
-        events.finish(&outcome);
+        events.finish(&outcome.to_string());
     }
 
     /// The body of [`Self::feed`]; how the run ended, for its watchers.
@@ -471,206 +525,183 @@ impl Jobs {
         row: &JobRow,
         caller: &Caller,
         cancel: &CancellationToken,
-        events: &mut BatchEvents,
-    ) -> String {
-        let mut windows = match self.store.shared() {
-            Some(store) => Windows::Shared {
-                store,
-                ran: VecDeque::new(),
-            },
-            None => Windows::Local { after: None },
-        };
-        let outcome = self
-            .run_windows(row, caller, cancel, events, &mut windows)
-            .await;
-        if let Windows::Shared { store, .. } = windows {
-            if outcome != COMPLETE {
-                // Stopped: what this run held is anyone's at once.
-                let _ = store.release(row.seq, store.holder()).await;
+        events: &mut RequestEvents,
+    ) -> Outcome {
+        match self.store.shared() {
+            Some(store) => {
+                let mut source = Shared {
+                    jobs: self,
+                    store,
+                    job: row.seq,
+                    ran: VecDeque::new(),
+                };
+                self.run_windows(row, caller, cancel, events, &mut source)
+                    .await
+            }
+            None => {
+                let mut source = Local {
+                    jobs: self,
+                    job: row.seq,
+                    after: None,
+                };
+                self.run_windows(row, caller, cancel, events, &mut source)
+                    .await
             }
         }
-        outcome
     }
 
-    /// [`Self::run`] with its windows from `windows`.
+    /// [`Self::run`] with its windows from `source`: drives the window
+    /// loop ([`WindowLoop`]), carrying out each of its actions.
     async fn run_windows(
         &self,
         row: &JobRow,
         caller: &Caller,
         cancel: &CancellationToken,
-        events: &mut BatchEvents,
-        windows: &mut Windows<'_>,
-    ) -> String {
+        events: &mut RequestEvents,
+        source: &mut impl Source,
+    ) -> Outcome {
         let seq = row.seq;
-        let Some((mut stored, mut upload)) = self
-            .runs
-            .get(&seq)
-            .map(|r| (r.stored.subscribe(), r.upload.subscribe()))
-        else {
-            return STOPPED.into();
+        let Some(mut watch) = self.runs.get(&seq).map(|r| Watch {
+            stored: r.stored.subscribe(),
+            upload: r.upload.subscribe(),
+            workers: self.scheduler.workers(),
+        }) else {
+            return Outcome::Stopped;
         };
-        let mut workers = self.scheduler.workers.subscribe();
-        // The valid puzzles the watchers have been told of.
-        let mut announced = upload.borrow().valid;
-        // Results handed to the writer (and stored before this run): the
-        // next window waits until all but one window of them are stored,
-        // so a store slower than the workers holds back the job instead
-        // of queueing its results in memory.
-        let mut fed = row.solved + row.errors;
-        let total = loop {
-            if cancel.is_cancelled() || self.scheduler.shutting_down() {
-                return STOPPED.into();
+        let mut machine = WindowLoop::new(
+            self.store.shared().is_some(),
+            row.fail_fast,
+            row.solved + row.errors,
+            watch.upload.borrow().valid,
+        );
+        let mut event = Event::Woke(watch.seen());
+        let outcome = loop {
+            if cancel.is_cancelled() || self.lifecycle.shutting_down() {
+                event = Event::Cancelled;
             }
-            tokio::select! {
-                _ = stored.wait_for(|n| *n + WINDOW as u64 >= fed) => {}
-                () = cancel.cancelled() => return STOPPED.into(),
-            }
-            // What has arrived before this read: a chunk stored after it
-            // wakes the wait below.
-            let arrived = *upload.borrow_and_update();
-            events.grow(arrived.valid.saturating_sub(announced));
-            announced = announced.max(arrived.valid);
-            if let Windows::Shared { .. } = windows {
-                // Claim only with workers to solve the window; another
-                // coordinator may have some.
-                tokio::select! {
-                    _ = workers.wait_for(|n| *n > 0) => {}
-                    () = cancel.cancelled() => return STOPPED.into(),
+            event = match machine.step(event) {
+                Action::Wait(until) => self.wait(until, &mut watch, cancel).await,
+                Action::Take { stored, grow } => {
+                    events.grow(grow);
+                    Event::Taken(self.take(source, stored, cancel).await)
                 }
-            }
-            let stored_now = *stored.borrow_and_update();
-            // `patiently`'s loop, spelt out: each try borrows `windows`
-            // mutably, which a closure handing out futures cannot (and an
-            // async closure's future is not provably `Send` for the spawn).
-            let mut patience = super::Patience::new("reading a job's puzzles");
-            let window = loop {
-                match windows.next(self, seq, stored_now).await {
-                    Err(e)
-                        if patience
-                            .again(&e, &self.scheduler.shutdown, Some(cancel))
-                            .await => {}
-                    outcome => {
-                        patience.done(outcome.is_ok());
-                        break outcome;
-                    }
+                Action::Feed(window, claimed) => {
+                    let batch: Vec<Parsed> = window
+                        .into_iter()
+                        .map(|(index, id, puzzle)| Parsed {
+                            index,
+                            id,
+                            puzzle: Ok(puzzle),
+                        })
+                        .collect();
+                    let fence = claimed.map(|(_, epoch)| epoch);
+                    let fed = self
+                        .run_window(seq, caller, batch, fence, cancel, events)
+                        .await;
+                    // The upload as it is now: the window may have waited
+                    // out the grace period while the upload ended.
+                    Event::Fed(fed, *watch.upload.borrow())
                 }
-            };
-            let window = match window {
-                Ok(w) => w,
-                // Given up waiting for the store: the run was stopped.
-                Err(e) if e.passing() => return STOPPED.into(),
-                Err(e) => {
-                    self.fail(seq, &e.to_string()).await;
-                    return e.to_string();
+                Action::Record { last, claimed, fed } => {
+                    source.record(last, claimed, fed);
+                    Event::Done
                 }
-            };
-            let (window, win) = match window {
-                Step::Window(window, win) => (window, win),
-                Step::Empty if arrived.sealed => break arrived.puzzles,
-                Step::Empty => {
-                    // Everything stored so far is fed: wait for the next chunk.
-                    tokio::select! {
-                        changed = upload.changed() => if changed.is_err() { return STOPPED.into() },
-                        () = cancel.cancelled() => return STOPPED.into(),
-                    }
-                    continue;
+                Action::LetGo => {
+                    source.let_go(cancel).await;
+                    Event::Done
                 }
-                Step::Busy => {
-                    // The rest is held elsewhere (or is ours, its results
-                    // not stored yet): look again when the first of ours
-                    // can be finished, when more is uploaded, or after a
-                    // tick (a holder may have died or let go meanwhile).
-                    let due = windows.due();
-                    tokio::select! {
-                        _ = stored.wait_for(|n| due.is_some_and(|d| *n >= d)) => {}
-                        _ = upload.changed() => {}
-                        () = tokio::time::sleep(SHARE_TICK) => {}
-                        () = cancel.cancelled() => return STOPPED.into(),
-                    }
-                    continue;
+                Action::Complete { total } => {
+                    source.complete(cancel).await;
+                    self.runs.remove(&seq);
+                    tracing::info!(job = %self.store.job_id(seq), puzzles = total, "job done");
+                    break Outcome::Complete;
                 }
-            };
-            let Some(last) = window.last().map(|w| w.0) else {
-                continue;
-            };
-            let batch: Vec<Parsed> = window
-                .into_iter()
-                .map(|(index, id, puzzle)| Parsed {
-                    index,
-                    id,
-                    puzzle: Ok(puzzle),
-                })
-                .collect();
-            let n = batch.len() as u64;
-            let fence = win.map(|(_, epoch)| epoch);
-            let outcome = self
-                .run_window(seq, caller, batch, fence, cancel, events)
-                .await;
-            // Whether the job is sealed now: the window may have waited
-            // out the grace period while the upload ended.
-            let sealed = upload.borrow().sealed;
-            match outcome {
-                Ok(()) => {
-                    fed += n;
-                    windows.ran(last, win, fed);
-                }
-                Err(ServerError::NoWorkers(e)) if row.fail_fast && sealed => {
-                    // No worker for the grace period, and someone waits.
-                    let why = e.to_string();
+                Action::Fail(why) => {
                     self.fail(seq, &why).await;
-                    return why;
+                    break Outcome::Failed(why);
                 }
-                Err(_) => {
-                    // No worker (or shutting down, or no room): wait for a
-                    // worker and retry the window; a job is not given up
-                    // for lack of workers unless it asked to be, and not
-                    // before it is acknowledged (then the window is tried
-                    // again, and fails as it asked). A shared window goes
-                    // back to the store meanwhile.
-                    if let Windows::Shared { store, .. } = windows {
-                        let _ = self
-                            .patiently("letting go of a job's windows", Some(cancel), || {
-                                store.release(seq, store.holder())
-                            })
-                            .await;
-                    }
-                    tokio::select! {
-                        _ = workers.wait_for(|n| *n > 0) => {}
-                        _ = upload.wait_for(|u| u.sealed), if !sealed => {}
-                        () = cancel.cancelled() => return STOPPED.into(),
-                        () = self.scheduler.shutdown.cancelled() => return STOPPED.into(),
-                    }
-                }
-            }
+                Action::End(outcome) => break outcome,
+            };
         };
-        // Every puzzle was admitted and answered; wait until the last
-        // results are stored, then the job is done (on a shared store,
-        // every window was found done: each result is stored already).
-        match windows {
-            Windows::Local { .. } => {
-                tokio::select! {
-                    _ = stored.wait_for(|n| *n >= total) => {}
-                    () = cancel.cancelled() => return STOPPED.into(),
+        if outcome != Outcome::Complete {
+            source.stopped().await;
+        }
+        outcome
+    }
+
+    /// The next window from `source`, waiting for a store that is
+    /// unavailable for now (`patiently`'s loop, spelt out: each try borrows
+    /// `source` mutably, which a closure handing out futures cannot).
+    async fn take(
+        &self,
+        source: &mut impl Source,
+        stored: u64,
+        cancel: &CancellationToken,
+    ) -> Result<Taken, StoreError> {
+        let mut patience = super::Patience::new("reading a job's puzzles");
+        loop {
+            match source.take(stored).await {
+                Err(e)
+                    if patience
+                        .again(&e, self.lifecycle.shutdown(), Some(cancel))
+                        .await => {}
+                outcome => {
+                    patience.done(outcome.is_ok());
+                    return outcome;
                 }
-                let done_ms = events::unix_ms();
-                let _ = self
-                    .patiently("marking a job done", Some(cancel), || {
-                        self.store.set_state(seq, JobState::Done, "", done_ms)
-                    })
-                    .await;
-            }
-            Windows::Shared { store, .. } => {
-                let done_ms = events::unix_ms();
-                let _ = self
-                    .patiently("marking a job done", Some(cancel), || {
-                        store.complete(seq, done_ms)
-                    })
-                    .await;
             }
         }
-        self.runs.remove(&seq);
-        tracing::info!(job = %self.store.job_id(seq), puzzles = total, "job done");
-        COMPLETE.to_string()
+    }
+
+    /// Waits until one of `until` holds, then reads the counts; or the run
+    /// is cancelled (its channels closed with it) or the coordinator stops.
+    async fn wait(&self, until: Until, watch: &mut Watch, cancel: &CancellationToken) -> Event {
+        let Watch {
+            stored,
+            upload,
+            workers,
+        } = watch;
+        let stored_reached = async {
+            match until.stored {
+                Some(n) => stored.wait_for(|s| *s >= n).await.is_ok(),
+                None => std::future::pending().await,
+            }
+        };
+        let upload_moved = async {
+            upload
+                .wait_for(|u| {
+                    until.upload_past.is_some_and(|past| *u != past) || until.sealed && u.sealed
+                })
+                .await
+                .is_ok()
+        };
+        let worker_there = async {
+            if until.worker {
+                workers.wait_for(|n| *n > 0).await.is_ok()
+            } else {
+                std::future::pending().await
+            }
+        };
+        let ticked = async {
+            if until.tick {
+                tokio::time::sleep(SHARE_TICK).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        let open = tokio::select! {
+            open = stored_reached => open,
+            open = upload_moved, if until.upload_past.is_some() || until.sealed => open,
+            open = worker_there => open,
+            () = ticked => true,
+            () = cancel.cancelled() => false,
+            () = self.lifecycle.cancelled() => false,
+        };
+        if open {
+            Event::Woke(watch.seen())
+        } else {
+            Event::Cancelled
+        }
     }
 
     /// Admits one window as a request of the job's owner and sends its
@@ -683,12 +714,13 @@ impl Jobs {
         batch: Vec<Parsed>,
         fence: Option<u64>,
         cancel: &CancellationToken,
-        events: &mut BatchEvents,
+        events: &mut RequestEvents,
     ) -> Result<(), ServerError> {
         let terms = Terms {
             rpc: None,
             ordered: false,
             deadline: None,
+            slot: None,
         };
         let mut admitted = self
             .scheduler
