@@ -25,7 +25,7 @@ pub enum ServerError {
     #[error(
         "client {peer} already has {limit} requests in flight, the limit per client (--max-batches-per-client); wait for one to finish"
     )]
-    TooManyBatches { peer: String, limit: usize },
+    TooManyRequests { peer: String, limit: usize },
     #[error(transparent)]
     NoWorkers(#[from] NoWorkers),
     #[error("{0}")]

@@ -32,8 +32,8 @@ use tokio::net::TcpListener;
 #[command(name = "colball-server", version, about, long_about)]
 struct Cli {
     /// Log line format: `text` for people, `json` for log collectors.
-    #[arg(long, value_enum, default_value_t = Format::Text, global = true)]
-    log_format: Format,
+    #[arg(long, value_enum, default_value_t = LogFormatArg::Text, global = true)]
+    log_format: LogFormatArg,
     /// Parse the command line, print `ok` and exit: lets the deployment
     /// tests check every command line in deploy/ against the real flags.
     #[arg(long, global = true, hide = true)]
@@ -43,7 +43,7 @@ struct Cli {
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
-enum Format {
+enum LogFormatArg {
     Text,
     Json,
 }
@@ -340,8 +340,8 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     telemetry::init(match cli.log_format {
-        Format::Text => LogFormat::Text,
-        Format::Json => LogFormat::Json,
+        LogFormatArg::Text => LogFormat::Text,
+        LogFormatArg::Json => LogFormat::Json,
     });
     // A worker's async side only speaks the protocol (its solver threads
     // do the searching), so it runs on one thread: a task or a result then
@@ -382,8 +382,8 @@ fn defaults() -> coordinator::Config {
     coordinator::Config::default()
 }
 
-fn worker_defaults() -> worker::Config {
-    worker::Config::new("")
+fn worker_defaults() -> worker::WorkerConfig {
+    worker::WorkerConfig::new("")
 }
 
 /// A flag's seconds as a duration (a negative or non-finite number is an
@@ -394,75 +394,71 @@ fn secs(flag: &str, s: f64) -> anyhow::Result<Duration> {
 
 /// The binary only converts its flags; the library checks the result
 /// ([`coordinator::Config::validate`], when the coordinator starts).
-impl TryFrom<&CoordinatorArgs> for coordinator::Config {
-    type Error = anyhow::Error;
-
-    fn try_from(args: &CoordinatorArgs) -> anyhow::Result<coordinator::Config> {
-        let scheduling = defaults().scheduling;
-        Ok(coordinator::Config {
-            scheduling: coordinator::SchedulingConfig {
-                max_pending: args.max_pending,
-                max_batch: args.max_batch,
-                max_attempts: args.max_attempts,
-                heartbeat_interval: Duration::from_millis(args.heartbeat_ms),
-                worker_grace: secs("--worker-grace-secs", args.worker_grace_secs)?,
-                cache_capacity: args.cache_entries,
-                events_retained: args.events_retained,
-                max_unread: args.max_unread,
-                max_worker_slots: args.max_worker_slots,
-                task_timeout: secs("--task-timeout-secs", args.task_timeout_secs)?,
-                quarantine: secs("--quarantine-secs", args.quarantine_secs)?,
-                audit_rate: args.audit_rate,
-                speculation: colball_core::Speculation {
-                    after: args.backup_after,
-                    budget: args.backup_budget,
-                    slow_after: args.slow_after,
-                    stuck_after: args.stuck_after,
-                    stuck_min: secs("--stuck-min-secs", args.stuck_min_secs)?,
-                    ..scheduling.speculation
-                },
-                ..scheduling
+fn coordinator_config(args: &CoordinatorArgs) -> anyhow::Result<coordinator::Config> {
+    let scheduling = defaults().scheduling;
+    Ok(coordinator::Config {
+        scheduling: coordinator::SchedulingConfig {
+            max_pending: args.max_pending,
+            max_batch: args.max_batch,
+            max_attempts: args.max_attempts,
+            heartbeat_interval: Duration::from_millis(args.heartbeat_ms),
+            worker_grace: secs("--worker-grace-secs", args.worker_grace_secs)?,
+            cache_capacity: args.cache_entries,
+            events_retained: args.events_retained,
+            max_unread: args.max_unread,
+            max_worker_slots: args.max_worker_slots,
+            task_timeout: secs("--task-timeout-secs", args.task_timeout_secs)?,
+            quarantine: secs("--quarantine-secs", args.quarantine_secs)?,
+            audit_rate: args.audit_rate,
+            speculation: colball_core::Speculation {
+                after: args.backup_after,
+                budget: args.backup_budget,
+                slow_after: args.slow_after,
+                stuck_after: args.stuck_after,
+                stuck_min: secs("--stuck-min-secs", args.stuck_min_secs)?,
+                ..scheduling.speculation
             },
-            access: coordinator::AccessConfig {
-                client_token: Secret::from_sources(
-                    args.client_token.as_deref(),
-                    args.client_token_file.as_deref(),
-                    "--client-token (or COLBALL_CLIENT_TOKEN)",
-                )?,
-                client_tokens_file: args.client_tokens_file.clone(),
-                client_quotas_file: args.client_quotas_file.clone(),
-                worker_token: Secret::from_sources(
-                    args.worker_token.as_deref(),
-                    args.worker_token_file.as_deref(),
-                    "--worker-token (or COLBALL_WORKER_TOKEN)",
-                )?,
-                tls: match (&args.tls_cert, &args.tls_key) {
-                    (Some(cert), Some(key)) => Some(colball_proto::tls::server_config(cert, key)?),
-                    _ => None,
-                },
-                max_requests_per_client: args.max_batches_per_client,
+            ..scheduling
+        },
+        access: coordinator::AccessConfig {
+            client_token: Secret::from_sources(
+                args.client_token.as_deref(),
+                args.client_token_file.as_deref(),
+                "--client-token (or COLBALL_CLIENT_TOKEN)",
+            )?,
+            client_tokens_file: args.client_tokens_file.clone(),
+            client_quotas_file: args.client_quotas_file.clone(),
+            worker_token: Secret::from_sources(
+                args.worker_token.as_deref(),
+                args.worker_token_file.as_deref(),
+                "--worker-token (or COLBALL_WORKER_TOKEN)",
+            )?,
+            tls: match (&args.tls_cert, &args.tls_key) {
+                (Some(cert), Some(key)) => Some(colball_proto::tls::server_config(cert, key)?),
+                _ => None,
             },
-            store: coordinator::StoreConfig {
-                data_dir: args.data_dir.clone(),
-                url: args
-                    .store
-                    .as_deref()
-                    .map(|url| Secret::new(url, "--store (or COLBALL_STORE)"))
-                    .transpose()?,
-                password: Secret::from_sources(
-                    None,
-                    args.store_password_file.as_deref(),
-                    "--store-password-file",
-                )?,
-                max_bytes: args.max_store_mib.map(|m| m.saturating_mul(1 << 20)),
-                max_job_puzzles: args.max_job_puzzles,
-                job_retention: secs("--job-retention-hours", args.job_retention_hours * 3600.0)?,
-                job_lease: secs("--job-lease-secs", args.job_lease_secs)?,
-            },
-            webhooks: webhook_config(args)?,
-            ..defaults()
-        })
-    }
+            max_requests_per_client: args.max_batches_per_client,
+        },
+        store: coordinator::StoreConfig {
+            data_dir: args.data_dir.clone(),
+            url: args
+                .store
+                .as_deref()
+                .map(|url| Secret::new(url, "--store (or COLBALL_STORE)"))
+                .transpose()?,
+            password: Secret::from_sources(
+                None,
+                args.store_password_file.as_deref(),
+                "--store-password-file",
+            )?,
+            max_bytes: args.max_store_mib.map(|m| m.saturating_mul(1 << 20)),
+            max_job_puzzles: args.max_job_puzzles,
+            job_retention: secs("--job-retention-hours", args.job_retention_hours * 3600.0)?,
+            job_lease: secs("--job-lease-secs", args.job_lease_secs)?,
+        },
+        webhooks: webhook_config(args)?,
+        ..defaults()
+    })
 }
 
 /// The webhook flags, read and checked.
@@ -496,7 +492,7 @@ fn webhook_config(args: &CoordinatorArgs) -> anyhow::Result<WebhookConfig> {
 }
 
 async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
-    let mut config = coordinator::Config::try_from(&args)?;
+    let mut config = coordinator_config(&args)?;
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
@@ -557,42 +553,38 @@ fn reload_on_sighup(app: colball_server::app::App) {
     let _ = app;
 }
 
-impl TryFrom<WorkerArgs> for worker::Config {
-    type Error = anyhow::Error;
-
-    fn try_from(args: WorkerArgs) -> anyhow::Result<worker::Config> {
-        let mut config = worker::Config::new(args.coordinator);
-        if let Some(threads) = args.threads {
-            config.threads = usize::from(threads);
-        }
-        if let Some(name) = args.name {
-            config.name = name;
-        }
-        if let Some(v) = args.protocol_version {
-            config.protocol_version = v;
-        }
-        config.strategy = args.strategy;
-        config.cache_capacity = args.cache_entries;
-        config.table_bytes = args.table_mib.saturating_mul(1 << 20);
-        config.drain_timeout = secs("--drain-secs", args.drain_secs)?;
-        let security = args.security;
-        config.token = Secret::from_sources(
-            security.token.as_deref(),
-            security.token_file.as_deref(),
-            "--token (or COLBALL_WORKER_TOKEN)",
-        )?;
-        if security.ca.is_some() || security.tls_domain.is_some() {
-            config.tls = Some(colball_proto::tls::client_config(
-                security.ca.as_deref(),
-                security.tls_domain.as_deref(),
-            )?);
-        }
-        Ok(config)
+fn worker_config(args: WorkerArgs) -> anyhow::Result<worker::WorkerConfig> {
+    let mut config = worker::WorkerConfig::new(args.coordinator);
+    if let Some(threads) = args.threads {
+        config.threads = usize::from(threads);
     }
+    if let Some(name) = args.name {
+        config.name = name;
+    }
+    if let Some(v) = args.protocol_version {
+        config.protocol_version = v;
+    }
+    config.strategy = args.strategy;
+    config.cache_capacity = args.cache_entries;
+    config.table_bytes = args.table_mib.saturating_mul(1 << 20);
+    config.drain_timeout = secs("--drain-secs", args.drain_secs)?;
+    let security = args.security;
+    config.token = Secret::from_sources(
+        security.token.as_deref(),
+        security.token_file.as_deref(),
+        "--token (or COLBALL_WORKER_TOKEN)",
+    )?;
+    if security.ca.is_some() || security.tls_domain.is_some() {
+        config.tls = Some(colball_proto::tls::client_config(
+            security.ca.as_deref(),
+            security.tls_domain.as_deref(),
+        )?);
+    }
+    Ok(config)
 }
 
 async fn run_worker(args: WorkerArgs) -> anyhow::Result<()> {
-    worker::run(worker::Config::try_from(args)?, shutdown::on_signal()).await?;
+    worker::run(worker_config(args)?, shutdown::on_signal()).await?;
     Ok(())
 }
 

@@ -32,9 +32,9 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::{ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
 
-/// Worker settings. `Config::new(url)` gives defaults that suit one machine.
+/// Worker settings. `WorkerConfig::new(url)` gives defaults that suit one machine.
 #[derive(Clone, Debug)]
-pub struct Config {
+pub struct WorkerConfig {
     /// The coordinator's URL, e.g. `http://127.0.0.1:50051`; or several,
     /// comma-separated, tried in turn (see [`urls`]).
     pub coordinator: String,
@@ -63,9 +63,9 @@ pub struct Config {
     pub tls: Option<ClientTlsConfig>,
 }
 
-impl Config {
-    pub fn new(coordinator: impl Into<String>) -> Config {
-        Config {
+impl WorkerConfig {
+    pub fn new(coordinator: impl Into<String>) -> WorkerConfig {
+        WorkerConfig {
             coordinator: coordinator.into(),
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             name: default_name(),
@@ -87,17 +87,17 @@ impl Config {
     pub fn validate(&self) -> Result<(), WorkerError> {
         let bad = |problem: String| Err(WorkerError::Config(problem));
         if self.threads == 0 {
-            return bad("--threads (Config::threads): must be at least 1".into());
+            return bad("--threads (WorkerConfig::threads): must be at least 1".into());
         }
         if self.name.trim().is_empty() {
-            return bad("--name (Config::name): must not be empty".into());
+            return bad("--name (WorkerConfig::name): must not be empty".into());
         }
         if self.connect_timeout.is_zero() {
-            return bad("Config::connect_timeout: must be more than 0".into());
+            return bad("WorkerConfig::connect_timeout: must be more than 0".into());
         }
         if self.backoff_initial.is_zero() || self.backoff_initial > self.backoff_max {
             return bad(format!(
-                "Config::backoff_initial: must be more than 0 and at most backoff_max ({:?}), not {:?}",
+                "WorkerConfig::backoff_initial: must be more than 0 and at most backoff_max ({:?}), not {:?}",
                 self.backoff_max, self.backoff_initial
             ));
         }
@@ -184,7 +184,7 @@ struct Pool {
 }
 
 impl Pool {
-    fn start(config: &Config, threads: usize, done: mpsc::Sender<Vec<Done>>) -> Pool {
+    fn start(config: &WorkerConfig, threads: usize, done: mpsc::Sender<Vec<Done>>) -> Pool {
         let (queue, rx) = std::sync::mpsc::channel::<ToSolve>();
         let rx = Arc::new(Mutex::new(rx));
         let cancelled = Arc::new(Mutex::new(HashSet::new()));
@@ -379,7 +379,7 @@ pub fn urls(list: &str, tls: Option<&ClientTlsConfig>) -> Result<Vec<String>, Wo
 /// Runs the worker until `shutdown` (then drains) or a refusal. With
 /// several coordinators, a broken session is followed by one with the
 /// next (the first try at once; backoff once each was tried).
-pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), WorkerError> {
+pub async fn run(config: WorkerConfig, shutdown: CancellationToken) -> Result<(), WorkerError> {
     config.validate()?;
     let urls = urls(&config.coordinator, config.tls.as_ref())?;
     let mut at = 0;
@@ -427,7 +427,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Work
 }
 
 async fn session(
-    config: &Config,
+    config: &WorkerConfig,
     url: &str,
     pool: &Pool,
     done_rx: &mut mpsc::Receiver<Vec<Done>>,

@@ -104,8 +104,8 @@ impl LocalCluster {
     }
 
     /// A worker config for this cluster.
-    pub fn worker_config(&self, name: &str, threads: usize) -> worker::Config {
-        let mut config = worker::Config::new(self.url());
+    pub fn worker_config(&self, name: &str, threads: usize) -> worker::WorkerConfig {
+        let mut config = worker::WorkerConfig::new(self.url());
         config.name = name.to_string();
         config.threads = threads;
         config.token = self.worker_token.clone();
@@ -119,7 +119,7 @@ impl LocalCluster {
     }
 
     /// Starts a worker with an explicit config.
-    pub fn spawn_worker(&mut self, config: worker::Config) -> usize {
+    pub fn spawn_worker(&mut self, config: worker::WorkerConfig) -> usize {
         let token = CancellationToken::new();
         let handle = tokio::spawn(worker::run(config, token.clone()));
         self.workers.push((token, handle));

@@ -46,7 +46,7 @@ impl PerClient {
         let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
         let count = counts.entry(client.to_string()).or_insert(0);
         if self.limit > 0 && *count >= self.limit {
-            return Err(ServerError::TooManyBatches {
+            return Err(ServerError::TooManyRequests {
                 peer: client.to_string(),
                 limit: self.limit,
             });

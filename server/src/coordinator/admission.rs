@@ -83,7 +83,7 @@ pub(crate) fn read<P: PuzzleText>(
 
 /// Who sends a request and how it wants to be served.
 #[derive(Clone, Debug)]
-pub(crate) struct Caller {
+pub(crate) struct Requester {
     pub(crate) client: String,
     pub(crate) priority: Priority,
 }
@@ -121,7 +121,7 @@ impl Scheduler {
     pub(crate) async fn admit(
         self: &Arc<Self>,
         batch: Vec<Parsed>,
-        caller: &Caller,
+        caller: &Requester,
         terms: Terms,
     ) -> Result<Admitted, ServerError> {
         if self.lifecycle.shutting_down() {

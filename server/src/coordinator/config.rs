@@ -213,19 +213,35 @@ impl Config {
             })
         };
         let at_least_one = [
-            (sc.max_batch, "max_batch", "--max-batch"),
-            (sc.max_pending, "max_pending", "--max-pending"),
-            (sc.max_unread, "max_unread", "--max-unread"),
-            (sc.max_chunk, "max_chunk", ""),
-            (st.max_job_puzzles, "max_job_puzzles", "--max-job-puzzles"),
-            (sc.credit_per_slot as usize, "credit_per_slot", ""),
+            (sc.max_batch, "scheduling.max_batch", "--max-batch"),
+            (sc.max_pending, "scheduling.max_pending", "--max-pending"),
+            (sc.max_unread, "scheduling.max_unread", "--max-unread"),
+            (sc.max_chunk, "scheduling.max_chunk", ""),
+            (
+                st.max_job_puzzles,
+                "store.max_job_puzzles",
+                "--max-job-puzzles",
+            ),
+            (
+                sc.credit_per_slot as usize,
+                "scheduling.credit_per_slot",
+                "",
+            ),
             (
                 sc.max_worker_slots as usize,
-                "max_worker_slots",
+                "scheduling.max_worker_slots",
                 "--max-worker-slots",
             ),
-            (sc.missed_heartbeats as usize, "missed_heartbeats", ""),
-            (sc.events_retained, "events_retained", "--events-retained"),
+            (
+                sc.missed_heartbeats as usize,
+                "scheduling.missed_heartbeats",
+                "",
+            ),
+            (
+                sc.events_retained,
+                "scheduling.events_retained",
+                "--events-retained",
+            ),
         ];
         for (value, field, flag) in at_least_one {
             if value == 0 {
@@ -234,7 +250,7 @@ impl Config {
         }
         if sc.max_batch > colball_proto::ingest::MAX_PUZZLES {
             return bad(
-                "max_batch",
+                "scheduling.max_batch",
                 "--max-batch",
                 format!(
                     "must be at most {} (a request keeps no more), not {}",
@@ -245,7 +261,7 @@ impl Config {
         }
         if st.max_job_puzzles > u32::MAX as usize {
             return bad(
-                "max_job_puzzles",
+                "store.max_job_puzzles",
                 "--max-job-puzzles",
                 format!(
                     "must be at most {} (a pending task keeps its index in 32 bits), not {}",
@@ -256,14 +272,14 @@ impl Config {
         }
         if !(1..=MAX_ATTEMPTS).contains(&sc.max_attempts) {
             return bad(
-                "max_attempts",
+                "scheduling.max_attempts",
                 "--max-attempts",
                 format!("must be 1 to {}, not {}", MAX_ATTEMPTS, sc.max_attempts),
             );
         }
         if sc.heartbeat_interval < Duration::from_millis(10) {
             return bad(
-                "heartbeat_interval",
+                "scheduling.heartbeat_interval",
                 "--heartbeat-ms",
                 format!(
                     "must be at least 10 ms, not {} ms",
@@ -287,7 +303,7 @@ impl Config {
         }
         if sc.task_timeout.is_zero() {
             return bad(
-                "task_timeout",
+                "scheduling.task_timeout",
                 "--task-timeout-secs",
                 "must be more than 0".into(),
             );
@@ -295,7 +311,7 @@ impl Config {
         let sp = &sc.speculation;
         if !(sp.after == 0.0 || (1.0..=1000.0).contains(&sp.after)) {
             return bad(
-                "speculation.after",
+                "scheduling.speculation.after",
                 "--backup-after",
                 format!(
                     "must be 0 (no backups) or between 1 and 1000, not {}",
@@ -305,28 +321,28 @@ impl Config {
         }
         if !(0.0..=1.0).contains(&sp.budget) {
             return bad(
-                "speculation.budget",
+                "scheduling.speculation.budget",
                 "--backup-budget",
                 format!("must be between 0 and 1, not {}", sp.budget),
             );
         }
         if !(1.0..=1000.0).contains(&sp.slow_after) {
             return bad(
-                "speculation.slow_after",
+                "scheduling.speculation.slow_after",
                 "--slow-after",
                 format!("must be between 1 and 1000, not {}", sp.slow_after),
             );
         }
         if !(1.0..=100_000.0).contains(&sp.stuck_after) {
             return bad(
-                "speculation.stuck_after",
+                "scheduling.speculation.stuck_after",
                 "--stuck-after",
                 format!("must be between 1 and 100000, not {}", sp.stuck_after),
             );
         }
         if !(Duration::from_secs(2)..=Duration::from_secs(3600)).contains(&st.job_lease) {
             return bad(
-                "job_lease",
+                "store.job_lease",
                 "--job-lease-secs",
                 format!(
                     "must be 2 to 3600 seconds (it is renewed every second), not {}",
@@ -336,14 +352,14 @@ impl Config {
         }
         if sp.stuck_min.is_zero() {
             return bad(
-                "speculation.stuck_min",
+                "scheduling.speculation.stuck_min",
                 "--stuck-min-secs",
                 "must be more than 0".into(),
             );
         }
         if !(0.0..=1.0).contains(&sc.audit_rate) {
             return bad(
-                "audit_rate",
+                "scheduling.audit_rate",
                 "--audit-rate",
                 format!("must be between 0 and 1, not {}", sc.audit_rate),
             );
@@ -401,7 +417,7 @@ mod tests {
             ),
             (
                 |c| c.scheduling.credit_per_slot = 0,
-                "Config::credit_per_slot",
+                "Config::scheduling.credit_per_slot",
             ),
             (|c| c.scheduling.speculation.after = 0.5, "--backup-after"),
             (
@@ -442,11 +458,11 @@ mod tests {
 
     #[test]
     fn a_worker_config_is_checked_before_dialling() {
-        let mut config = crate::worker::Config::new("http://127.0.0.1:1");
+        let mut config = crate::worker::WorkerConfig::new("http://127.0.0.1:1");
         assert!(config.validate().is_ok());
         config.backoff_initial = config.backoff_max * 2;
         assert!(config.validate().is_err());
-        config = crate::worker::Config::new("http://127.0.0.1:1");
+        config = crate::worker::WorkerConfig::new("http://127.0.0.1:1");
         config.name = " ".into();
         let e = config.validate().unwrap_err().to_string();
         assert!(e.contains("--name"), "{e}");

@@ -30,10 +30,10 @@ use colball_core::Priority;
 use super::{client_of, grpc_timeout, priority};
 use crate::access::Access;
 use crate::coordinator::Scheduler;
-use crate::coordinator::admission::{self, Admitted, Caller, Next, Terms};
+use crate::coordinator::admission::{self, Admitted, Next, Requester, Terms};
 
 /// The stream of a Grade call.
-pub(super) type GradeStream = Pin<Box<dyn Stream<Item = Result<v1::GradeResult, Status>> + Send>>;
+pub(super) type VerdictStream = Pin<Box<dyn Stream<Item = Result<v1::GradeResult, Status>> + Send>>;
 
 /// What the verdict of one case needs besides the optimum.
 struct CaseInfo {
@@ -47,11 +47,11 @@ pub(super) async fn grade(
     scheduler: &Arc<Scheduler>,
     access: &Access,
     request: Request<v1::GradeRequest>,
-) -> Result<Response<GradeStream>, Status> {
+) -> Result<Response<VerdictStream>, Status> {
     let deadline = grpc_timeout(request.metadata()).map(|t| tokio::time::Instant::now() + t);
     let client = client_of(&request);
     let request = request.into_inner();
-    let caller = Caller {
+    let caller = Requester {
         client,
         priority: priority(request.priority, Priority::Normal)?,
     };

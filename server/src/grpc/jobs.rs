@@ -2,26 +2,26 @@
 //! [`crate::jobs`]; this service reads the calls, turns `Submit`'s stream
 //! into chunks of puzzles, and maps [`JobError`] to statuses.
 
-use std::pin::Pin;
 use std::sync::Arc;
 
 use colball_proto::ingest::jobs_server::Jobs as JobsRpc;
 use colball_proto::ingest::{self, MAX_PUZZLES, Submitted};
-use colball_proto::{egress, puzzle_from_wire, v1};
+use colball_proto::{puzzle_from_wire, v1};
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
-use super::client_of;
-use crate::jobs::{Entry, JobError, Jobs, StoreError, SubmitError};
+use colball_core::Priority;
+
+use super::{ResultStream, client_of};
+use crate::jobs::store::JobState;
+use crate::jobs::{Entry, JobError, JobSpec, JobView, Jobs, StoreError, SubmitError};
 
 /// The client-facing job service.
 #[derive(Debug)]
 pub struct JobsService {
     pub jobs: Arc<Jobs>,
 }
-
-type ResultStream = Pin<Box<dyn Stream<Item = Result<egress::PuzzleResult, Status>> + Send>>;
 
 impl From<JobError> for Status {
     fn from(e: JobError) -> Status {
@@ -48,6 +48,64 @@ impl From<JobError> for Status {
                 }
             }
         }
+    }
+}
+
+/// `Submit`'s options read into the job's spec: an unset field is the
+/// default (a bulk job, no key, no webhook, no count announced).
+fn spec(options: v1::JobOptions) -> Result<JobSpec, JobError> {
+    let priority = Priority::from_wire(options.priority, Priority::Bulk).ok_or_else(|| {
+        JobError::Invalid(format!(
+            "field priority: {} names no priority class",
+            options.priority
+        ))
+    })?;
+    let given = |text: String| (!text.is_empty()).then_some(text);
+    Ok(JobSpec {
+        name: options.name,
+        priority,
+        fail_fast: options.fail_without_workers,
+        any_order: options.any_order,
+        key: given(options.key),
+        puzzles: (options.puzzles != 0).then_some(options.puzzles),
+        webhook: given(options.webhook),
+    })
+}
+
+/// A job on the wire.
+fn job(view: JobView) -> v1::Job {
+    let webhook_next_ms = view.webhook_next_ms();
+    let JobView { row, pace } = view;
+    let remaining = row.remaining();
+    let state = match row.state {
+        JobState::Receiving => v1::JobState::Unspecified,
+        JobState::Queued => v1::JobState::Queued,
+        JobState::Running => v1::JobState::Running,
+        JobState::Done => v1::JobState::Done,
+        JobState::Cancelled => v1::JobState::Cancelled,
+        JobState::Failed => v1::JobState::Failed,
+    };
+    v1::Job {
+        id: row.id,
+        name: row.name,
+        state: state as i32,
+        priority: row.priority.to_wire() as i32,
+        puzzles: row.puzzles,
+        solved: row.solved,
+        errors: row.errors,
+        remaining,
+        created_unix_ms: row.created_ms,
+        finished_unix_ms: row.finished_ms,
+        failure: row.failure,
+        any_order: row.any_order,
+        rate: pace.rate,
+        eta_unix_ms: pace.eta_unix_ms,
+        webhook: row.webhook.map(|w| v1::WebhookStatus {
+            url: w.url,
+            attempts: w.attempts,
+            delivered: w.delivered,
+            next_unix_ms: webhook_next_ms,
+        }),
     }
 }
 
@@ -95,7 +153,8 @@ impl JobsRpc for JobsService {
                 "field puzzles: only the first message of Submit carries options",
             )),
         });
-        let row = match self.jobs.submit(&client, options, chunks).await {
+        let spec = spec(options)?;
+        let row = match self.jobs.submit(&client, spec, chunks).await {
             Ok(row) => row,
             Err(SubmitError::Job(e)) => return Err(e.into()),
             Err(SubmitError::Upload(status)) => return Err(status),
@@ -110,7 +169,7 @@ impl JobsRpc for JobsService {
     async fn get(&self, request: Request<v1::JobRef>) -> Result<Response<v1::Job>, Status> {
         let client = client_of(&request);
         let row = self.jobs.owned(&request.into_inner().id, &client).await?;
-        Ok(Response::new(self.jobs.status(&row)))
+        Ok(Response::new(job(self.jobs.status(row))))
     }
 
     async fn list(
@@ -120,14 +179,14 @@ impl JobsRpc for JobsService {
         let client = client_of(&request);
         let rows = self.jobs.list(&client).await?;
         Ok(Response::new(v1::JobList {
-            jobs: rows.iter().map(|r| self.jobs.status(r)).collect(),
+            jobs: rows.into_iter().map(|r| job(self.jobs.status(r))).collect(),
         }))
     }
 
     async fn cancel(&self, request: Request<v1::JobRef>) -> Result<Response<v1::Job>, Status> {
         let client = client_of(&request);
         let row = self.jobs.cancel(&request.into_inner().id, &client).await?;
-        Ok(Response::new(self.jobs.status(&row)))
+        Ok(Response::new(job(self.jobs.status(row))))
     }
 
     async fn delete(

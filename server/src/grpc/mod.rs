@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use colball_core::Priority;
 use colball_proto::MAX_MESSAGE_BYTES;
+use colball_proto::egress;
 use colball_proto::ingest::jobs_server::JobsServer;
 use colball_proto::ingest::solver_server::SolverServer;
 use colball_proto::v1::workers_server::WorkersServer;
@@ -35,6 +36,11 @@ use crate::lifecycle::Lifecycle;
 use colball_core::RegisterError;
 use solver::SolverService;
 use workers::WorkersService;
+
+/// A stream of results, as `SolveBatch` and a job's `Results` answer.
+type ResultStream = std::pin::Pin<
+    Box<dyn tokio_stream::Stream<Item = Result<egress::PuzzleResult, Status>> + Send>,
+>;
 
 /// Serves until `shutdown` is cancelled, then ends every stream and waits
 /// up to `drain_timeout` for connections to close.
@@ -258,7 +264,7 @@ impl From<ServerError> for Status {
             ServerError::Register(RegisterError::Quarantined { .. }) => Code::PermissionDenied,
             ServerError::Admit(_)
             | ServerError::BatchTooLarge { .. }
-            | ServerError::TooManyBatches { .. } => Code::ResourceExhausted,
+            | ServerError::TooManyRequests { .. } => Code::ResourceExhausted,
             ServerError::NoWorkers { .. } | ServerError::ShuttingDown => Code::Unavailable,
             ServerError::DeadlineExceeded => Code::DeadlineExceeded,
             ServerError::VersionMismatch { .. } => Code::FailedPrecondition,

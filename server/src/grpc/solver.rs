@@ -12,14 +12,13 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use super::{client_of, grade, grpc_timeout, priority};
+use super::{ResultStream, client_of, grade, grpc_timeout, priority};
 use crate::access::Access;
 use crate::coordinator::Scheduler;
-use crate::coordinator::admission::{self, Admitted, Caller, Next, Parsed, Terms};
+use crate::coordinator::admission::{self, Admitted, Next, Parsed, Requester, Terms};
 use crate::coordinator::events;
 use crate::error::ServerError;
 
-type ResultStream = Pin<Box<dyn Stream<Item = Result<egress::PuzzleResult, Status>> + Send>>;
 type EventStream = Pin<Box<dyn Stream<Item = Result<v1::ClusterEvent, Status>> + Send>>;
 /// The client-facing service.
 #[derive(Debug)]
@@ -37,7 +36,7 @@ impl Solver for SolverService {
         // stream then ends the request.
         let client = client_of(&request);
         let request = request.into_inner();
-        let caller = Caller {
+        let caller = Requester {
             client,
             priority: priority(request.priority, Priority::Interactive)?,
         };
@@ -63,12 +62,12 @@ impl Solver for SolverService {
         }
     }
 
-    type GradeStream = grade::GradeStream;
+    type GradeStream = grade::VerdictStream;
 
     async fn grade(
         &self,
         request: Request<v1::GradeRequest>,
-    ) -> Result<Response<grade::GradeStream>, Status> {
+    ) -> Result<Response<grade::VerdictStream>, Status> {
         grade::grade(&self.scheduler, &self.access, request).await
     }
 
@@ -81,7 +80,7 @@ impl Solver for SolverService {
         let deadline = grpc_timeout(request.metadata()).map(|t| tokio::time::Instant::now() + t);
         let client = client_of(&request);
         let request = request.into_inner();
-        let caller = Caller {
+        let caller = Requester {
             client,
             priority: priority(request.priority, Priority::Normal)?,
         };

@@ -16,7 +16,7 @@ use crate::coordinator::Scheduler;
 use crate::error::ServerError;
 use colball_core::{Input, LossReason};
 
-type SessionStream = Pin<Box<dyn Stream<Item = Result<v1::CoordinatorMessage, Status>> + Send>>;
+type MessageStream = Pin<Box<dyn Stream<Item = Result<v1::CoordinatorMessage, Status>> + Send>>;
 
 /// The worker-facing service.
 #[derive(Debug)]
@@ -26,12 +26,12 @@ pub(super) struct WorkersService {
 
 #[tonic::async_trait]
 impl Workers for WorkersService {
-    type SessionStream = SessionStream;
+    type SessionStream = MessageStream;
 
     async fn session(
         &self,
         request: Request<Streaming<v1::WorkerMessage>>,
-    ) -> Result<Response<SessionStream>, Status> {
+    ) -> Result<Response<MessageStream>, Status> {
         let peer = request.remote_addr();
         let mut inbound = request.into_inner();
         let first = tokio::time::timeout(Duration::from_secs(10), inbound.message())

@@ -6,8 +6,10 @@
 //! cannot say one thing while the API does another; CI validates the
 //! document and runs Schemathesis against a live coordinator from it.
 
-use colball_proto::v1;
 use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::jobs::JobView;
+use crate::jobs::store::JobState;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{IntoParams, IntoResponses, Modify, OpenApi, ToSchema};
 
@@ -112,14 +114,16 @@ pub enum State {
     Failed,
 }
 
-impl State {
-    fn of(state: i32) -> State {
-        match v1::JobState::try_from(state) {
-            Ok(v1::JobState::Running) => State::Running,
-            Ok(v1::JobState::Done) => State::Done,
-            Ok(v1::JobState::Cancelled) => State::Cancelled,
-            Ok(v1::JobState::Failed) => State::Failed,
-            _ => State::Queued,
+impl From<JobState> for State {
+    fn from(state: JobState) -> State {
+        match state {
+            // (A job is shown only once acknowledged: never while its
+            // puzzles are still arriving.)
+            JobState::Receiving | JobState::Queued => State::Queued,
+            JobState::Running => State::Running,
+            JobState::Done => State::Done,
+            JobState::Cancelled => State::Cancelled,
+            JobState::Failed => State::Failed,
         }
     }
 }
@@ -180,27 +184,29 @@ pub struct WebhookStatus {
     pub next_unix_ms: i64,
 }
 
-impl From<v1::Job> for Job {
-    fn from(job: v1::Job) -> Job {
+impl From<JobView> for Job {
+    fn from(view: JobView) -> Job {
+        let next_unix_ms = view.webhook_next_ms();
+        let JobView { row, pace } = view;
         Job {
-            state: State::of(job.state),
-            id: job.id,
-            name: job.name,
-            puzzles: job.puzzles,
-            solved: job.solved,
-            errors: job.errors,
-            remaining: job.remaining,
-            created_unix_ms: job.created_unix_ms,
-            finished_unix_ms: job.finished_unix_ms,
-            failure: job.failure,
-            any_order: job.any_order,
-            rate: job.rate,
-            eta_unix_ms: job.eta_unix_ms,
-            webhook: job.webhook.map(|w| WebhookStatus {
+            state: State::from(row.state),
+            remaining: row.remaining(),
+            id: row.id,
+            name: row.name,
+            puzzles: row.puzzles,
+            solved: row.solved,
+            errors: row.errors,
+            created_unix_ms: row.created_ms,
+            finished_unix_ms: row.finished_ms,
+            failure: row.failure,
+            any_order: row.any_order,
+            rate: pace.rate,
+            eta_unix_ms: pace.eta_unix_ms,
+            webhook: row.webhook.map(|w| WebhookStatus {
                 url: w.url,
                 attempts: w.attempts,
                 delivered: w.delivered,
-                next_unix_ms: w.next_unix_ms,
+                next_unix_ms,
             }),
         }
     }
@@ -228,12 +234,12 @@ pub enum Priority {
     Bulk,
 }
 
-impl From<Priority> for v1::Priority {
-    fn from(p: Priority) -> v1::Priority {
+impl From<Priority> for colball_core::Priority {
+    fn from(p: Priority) -> colball_core::Priority {
         match p {
-            Priority::Interactive => v1::Priority::Interactive,
-            Priority::Normal => v1::Priority::Normal,
-            Priority::Bulk => v1::Priority::Bulk,
+            Priority::Interactive => colball_core::Priority::Interactive,
+            Priority::Normal => colball_core::Priority::Normal,
+            Priority::Bulk => colball_core::Priority::Bulk,
         }
     }
 }

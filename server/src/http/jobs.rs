@@ -38,7 +38,7 @@ use axum::http::{StatusCode, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{any, get};
-use colball_proto::{egress, v1};
+use colball_proto::egress;
 use colball_solver::format::{Read, Reader};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
@@ -51,7 +51,7 @@ use super::api::{
     ResultsQuery, SolvedResult, SubmitQuery, Submitted, TokenQuery,
 };
 use crate::app::App;
-use crate::jobs::{Entry, JobError, StoreError, SubmitError};
+use crate::jobs::{Entry, JobError, JobSpec, StoreError, SubmitError};
 
 /// Puzzles of an upload stored at a time.
 const CHUNK: usize = 4096;
@@ -170,16 +170,16 @@ impl IntoResponse for JobError {
 /// without tokens (as `client_of` for gRPC calls). The token comes as
 /// `Authorization: Bearer` or `?token=`; a missing or wrong one is refused
 /// with 401 before the handler runs.
-struct Caller(String);
+struct Client(String);
 
-impl FromRequestParts<App> for Caller {
+impl FromRequestParts<App> for Client {
     type Rejection = Response;
 
-    async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Caller, Response> {
+    async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Client, Response> {
         let check = crate::auth::check_clients(app.access.tokens().clone());
         match check.verify(crate::http::token_of(&parts.headers, &parts.uri)) {
-            Ok(Some(name)) => Ok(Caller(name.to_string())),
-            Ok(None) => Ok(Caller(
+            Ok(Some(name)) => Ok(Client(name.to_string())),
+            Ok(None) => Ok(Client(
                 parts
                     .extensions
                     .get::<ConnectInfo<SocketAddr>>()
@@ -219,20 +219,17 @@ impl FromRequestParts<App> for Caller {
 )]
 async fn submit(
     State(app): State<App>,
-    Caller(client): Caller,
+    Client(client): Client,
     Query(q): Query<SubmitQuery>,
     body: Body,
 ) -> Response {
-    let options = v1::JobOptions {
-        priority: v1::Priority::from(q.priority) as i32,
+    let spec = JobSpec {
         name: q.name,
-        fail_without_workers: false,
         any_order: q.order == Order::Any,
-        key: String::new(),
-        puzzles: 0,
-        webhook: q.webhook,
+        webhook: (!q.webhook.is_empty()).then_some(q.webhook),
+        ..JobSpec::new(q.priority.into())
     };
-    match app.jobs.submit(&client, options, upload(body)).await {
+    match app.jobs.submit(&client, spec, upload(body)).await {
         Ok(row) => (
             StatusCode::CREATED,
             Json(Submitted {
@@ -249,7 +246,7 @@ async fn submit(
 
 /// An upload being read: the body, the reader (until the body ends), and
 /// the puzzles read and not yet handed on.
-struct Upload {
+struct UploadReader {
     body: axum::body::BodyDataStream,
     reader: Option<Reader>,
     read: Vec<Read>,
@@ -259,7 +256,7 @@ struct Upload {
 /// time; an error (what is wrong and on which line, or a body that broke
 /// off) ends it.
 fn upload(body: Body) -> impl Stream<Item = Result<Vec<Entry>, Response>> + Unpin {
-    let upload = Upload {
+    let upload = UploadReader {
         body: body.into_data_stream(),
         reader: Some(Reader::new()),
         read: Vec::new(),
@@ -311,12 +308,12 @@ fn upload(body: Body) -> impl Stream<Item = Result<Vec<Entry>, Response>> + Unpi
 )]
 async fn list(
     State(app): State<App>,
-    Caller(client): Caller,
+    Client(client): Client,
     Query(_): Query<TokenQuery>,
 ) -> Response {
     match app.jobs.list(&client).await {
         Ok(rows) => Json(
-            rows.iter()
+            rows.into_iter()
                 .map(|r| Job::from(app.jobs.status(r)))
                 .collect::<Vec<_>>(),
         )
@@ -339,12 +336,12 @@ async fn list(
 )]
 async fn one(
     State(app): State<App>,
-    Caller(client): Caller,
+    Client(client): Client,
     Path(id): Path<String>,
     Query(_): Query<TokenQuery>,
 ) -> Response {
     match app.jobs.owned(&id, &client).await {
-        Ok(row) => Json(Job::from(app.jobs.status(&row))).into_response(),
+        Ok(row) => Json(Job::from(app.jobs.status(row))).into_response(),
         Err(e) => e.into_response(),
     }
 }
@@ -363,12 +360,12 @@ async fn one(
 )]
 async fn cancel(
     State(app): State<App>,
-    Caller(client): Caller,
+    Client(client): Client,
     Path(id): Path<String>,
     Query(_): Query<TokenQuery>,
 ) -> Response {
     match app.jobs.cancel(&id, &client).await {
-        Ok(row) => Json(Job::from(app.jobs.status(&row))).into_response(),
+        Ok(row) => Json(Job::from(app.jobs.status(row))).into_response(),
         Err(e) => e.into_response(),
     }
 }
@@ -387,7 +384,7 @@ async fn cancel(
 )]
 async fn remove(
     State(app): State<App>,
-    Caller(client): Caller,
+    Client(client): Client,
     Path(id): Path<String>,
     Query(_): Query<TokenQuery>,
 ) -> Response {
@@ -425,7 +422,7 @@ const CSV_HEADER: &str = "id,moves,solution,strategy,time_us,error\n";
 )]
 async fn results(
     State(app): State<App>,
-    Caller(client): Caller,
+    Client(client): Client,
     Path(id): Path<String>,
     Query(q): Query<ResultsQuery>,
 ) -> Response {

@@ -423,7 +423,7 @@ mod tests {
 
     /// How a stored group reaches the follower.
     #[derive(Clone, Copy, Debug)]
-    enum Delivery {
+    enum Route {
         /// From this coordinator's writer.
         Live,
         /// Lost (lag, reported).
@@ -436,10 +436,7 @@ mod tests {
     #[derive(Clone, Debug)]
     enum Op {
         /// A writer stores the results of these (not yet stored) picks.
-        Store {
-            picks: Vec<usize>,
-            delivery: Delivery,
-        },
+        Store { picks: Vec<usize>, delivery: Route },
         /// The follower passes on what is due.
         Pop,
         /// The follower reads the store, if it wants to.
@@ -451,9 +448,9 @@ mod tests {
             3 => (
                 proptest::collection::vec(0usize..1000, 1..12),
                 prop_oneof![
-                    3 => Just(Delivery::Live),
-                    1 => Just(Delivery::Lost),
-                    3 => Just(Delivery::Elsewhere),
+                    3 => Just(Route::Live),
+                    1 => Just(Route::Lost),
+                    3 => Just(Route::Elsewhere),
                 ],
             )
                 .prop_map(|(picks, delivery)| Op::Store { picks, delivery }),
@@ -563,9 +560,9 @@ mod tests {
                     Op::Store { picks, delivery } => {
                         let group: Vec<_> = take(&picks, &mut stored).into_iter().map(result).collect();
                         match delivery {
-                            Delivery::Live => ahead.group(&group),
-                            Delivery::Lost => ahead.missed(),
-                            Delivery::Elsewhere => {
+                            Route::Live => ahead.group(&group),
+                            Route::Lost => ahead.missed(),
+                            Route::Elsewhere => {
                                 let wins = group.iter().map(|r| r.index / window);
                                 if let (Some(first), Some(last)) = (wins.clone().min(), wins.max()) {
                                     ahead.hint(first, last);

@@ -43,6 +43,31 @@ pub use progress::Pace;
 use progress::Speedometer;
 use run::Run;
 pub use store::{Entry, JobRow, JobState, JobStore, StoreError};
+pub use submit::JobSpec;
+
+/// A job as its client sees it: its row (its state a closed enum, its
+/// priority class typed) and its pace. The API layers turn it into their
+/// own messages.
+#[derive(Clone, Debug)]
+pub struct JobView {
+    pub row: JobRow,
+    pub pace: Pace,
+}
+
+impl JobView {
+    /// When the next call to its webhook is due, in Unix ms: 0 when none
+    /// is (the job has not finished, or the call was delivered or given
+    /// up).
+    pub fn webhook_next_ms(&self) -> i64 {
+        let row = &self.row;
+        match &row.webhook {
+            Some(w) if w.next_ms != store::Webhook::NO_MORE && row.state.finished() => {
+                w.next_ms.max(row.finished_ms)
+            }
+            _ => 0,
+        }
+    }
+}
 
 /// A job whose results are to be read: its number and id, whether its
 /// results are kept in the order they were stored, and its size once its
@@ -326,11 +351,11 @@ impl Jobs {
 
     /// A job's status as clients see it: its row, with its pace (from the
     /// reads of its status, see [`progress`]).
-    pub fn status(&self, row: &JobRow) -> colball_proto::v1::Job {
+    pub fn status(&self, row: JobRow) -> JobView {
         let pace = self
             .speed
-            .observe(row, std::time::Instant::now(), events::unix_ms());
-        row.to_wire(pace)
+            .observe(&row, std::time::Instant::now(), events::unix_ms());
+        JobView { row, pace }
     }
 
     /// The client's acknowledged jobs, newest first.

@@ -121,7 +121,7 @@ mod tests {
             id: "j1".into(),
             owner: "a".into(),
             name: String::new(),
-            priority: 0,
+            priority: colball_core::Priority::Bulk,
             state,
             puzzles: 10_000,
             solved,

@@ -14,12 +14,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use colball_core::Priority;
-use colball_proto::{egress, v1};
+use colball_proto::egress;
 use tokio_stream::{Stream, StreamExt};
 
 use super::keys::{KeyHold, check_key};
 use super::quotas::Held;
-use super::run::Upload;
+use super::run::UploadProgress;
 use super::store::{Entry, JobRow, NewJob, WINDOW};
 use super::{JobError, Jobs, SubmitError};
 use crate::coordinator::events;
@@ -33,6 +33,40 @@ const GATHER: usize = 4 * WINDOW;
 /// How long a chunk waits for the next one to be stored with it.
 const GATHER_WAIT: Duration = Duration::from_millis(20);
 
+/// A job to submit, as an API layer read it from its request.
+#[derive(Clone, Debug)]
+pub struct JobSpec {
+    /// Its name, for people (at most 256 characters).
+    pub name: String,
+    pub priority: Priority,
+    /// Fail the job when no worker is connected for the grace period.
+    pub fail_fast: bool,
+    /// Its results are read in the order they are stored.
+    pub any_order: bool,
+    /// The client's key for it: its results are readable by the key before
+    /// its upload ends.
+    pub key: Option<String>,
+    /// The puzzles it announces: the upload must hold exactly these.
+    pub puzzles: Option<u64>,
+    /// The URL to call once it finishes.
+    pub webhook: Option<String>,
+}
+
+impl JobSpec {
+    /// A job of `priority`, with nothing else asked.
+    pub fn new(priority: Priority) -> JobSpec {
+        JobSpec {
+            name: String::new(),
+            priority,
+            fail_fast: false,
+            any_order: false,
+            key: None,
+            puzzles: None,
+            webhook: None,
+        }
+    }
+}
+
 impl Jobs {
     /// Stores a job of `client` from chunks of puzzles and starts it; the
     /// job's row once every puzzle is stored. On any failure nothing of it
@@ -40,35 +74,28 @@ impl Jobs {
     pub async fn submit<E>(
         self: &Arc<Self>,
         client: &str,
-        options: v1::JobOptions,
+        spec: JobSpec,
         chunks: impl Stream<Item = Result<Vec<Entry>, E>> + Unpin,
     ) -> Result<JobRow, SubmitError<E>> {
         let mut chunks = chunks.fuse();
-        let priority = Priority::from_wire(options.priority, Priority::Bulk).ok_or_else(|| {
-            JobError::Invalid(format!(
-                "field priority: {} names no priority class",
-                options.priority
-            ))
-        })?;
-        if options.name.chars().count() > 256 {
+        if spec.name.chars().count() > 256 {
             return Err(JobError::Invalid("field name: at most 256 characters".into()).into());
         }
-        if !options.key.is_empty() {
-            check_key(&options.key, "options.key")?;
+        if let Some(key) = &spec.key {
+            check_key(key, "options.key")?;
         }
-        let webhook = match options.webhook.as_str() {
-            "" => None,
-            url => Some(
+        let webhook = match spec.webhook.as_deref() {
+            None => None,
+            Some(url) => Some(
                 self.webhooks
                     .check(url)
                     .map_err(|why| JobError::Invalid(format!("field webhook: {why}")))?,
             ),
         };
         let limit = self.limits.max_job_puzzles;
-        if options.puzzles > limit as u64 {
+        if let Some(announced) = spec.puzzles.filter(|&n| n > limit as u64) {
             return Err(JobError::TooBig(format!(
-                "field options.puzzles: {} puzzles is more than {limit}, the limit per job (--max-job-puzzles); split it",
-                options.puzzles
+                "field options.puzzles: {announced} puzzles is more than {limit}, the limit per job (--max-job-puzzles); split it"
             ))
             .into());
         }
@@ -90,10 +117,10 @@ impl Jobs {
             .store
             .create(NewJob {
                 owner: client.to_string(),
-                name: options.name.clone(),
-                priority: priority.to_wire() as i32,
-                fail_fast: options.fail_without_workers,
-                any_order: options.any_order,
+                name: spec.name.clone(),
+                priority: spec.priority,
+                fail_fast: spec.fail_fast,
+                any_order: spec.any_order,
                 created_ms: events::unix_ms(),
                 webhook,
             })
@@ -104,10 +131,10 @@ impl Jobs {
             settled: false,
             key: None,
         };
-        let mut upload = Upload::default();
+        let mut upload = UploadProgress::default();
         let outcome: Result<(), SubmitError<E>> = async {
-            if !options.key.is_empty() {
-                unsealed.key = Some(self.keys.take(client, &options.key, seq)?);
+            if let Some(key) = &spec.key {
+                unsealed.key = Some(self.keys.take(client, key, seq)?);
             }
             while let Some(chunk) = chunks.next().await {
                 let mut chunk = chunk.map_err(SubmitError::Upload)?;
@@ -126,10 +153,9 @@ impl Jobs {
                     }
                 }
                 let n = chunk.len() as u64;
-                if options.puzzles != 0 && count + n > options.puzzles {
+                if let Some(announced) = spec.puzzles.filter(|&a| count + n > a) {
                     return Err(JobError::Invalid(format!(
-                        "field puzzles: more puzzles than the {} its options announced (field options.puzzles)",
-                        options.puzzles
+                        "field puzzles: more puzzles than the {announced} its options announced (field options.puzzles)"
                     ))
                     .into());
                 }
@@ -164,7 +190,7 @@ impl Jobs {
                 if count == 0 {
                     // The run starts with the first chunk.
                     self.start_run(
-                        (seq, client, options.any_order),
+                        (seq, client, spec.any_order),
                         n - valid,
                         upload,
                         unsealed.key.take(),
@@ -185,10 +211,10 @@ impl Jobs {
             if upload.puzzles == 0 {
                 return Err(JobError::Invalid("field puzzles: the job holds no puzzle".into()).into());
             }
-            if options.puzzles != 0 && upload.puzzles != options.puzzles {
+            if let Some(announced) = spec.puzzles.filter(|&a| upload.puzzles != a) {
                 return Err(JobError::Incomplete(format!(
-                    "the submission ended after {} of the {} puzzles its options announced (field options.puzzles); nothing of it is kept: submit it again",
-                    upload.puzzles, options.puzzles
+                    "the submission ended after {} of the {announced} puzzles its options announced (field options.puzzles); nothing of it is kept: submit it again",
+                    upload.puzzles
                 ))
                 .into());
             }
@@ -202,7 +228,7 @@ impl Jobs {
         }
         let row = self.store.seal(seq, events::unix_ms()).await?;
         unsealed.settled = true;
-        tracing::info!(job = %row.id(), puzzles = upload.puzzles, client, %priority, "job accepted");
+        tracing::info!(job = %row.id(), puzzles = upload.puzzles, client, priority = %spec.priority, "job accepted");
         if let Some(run) = self.runs.get(&seq) {
             upload.sealed = true;
             run.upload.send_replace(upload);
@@ -222,7 +248,7 @@ impl Jobs {
                 held.frees_in = Some(held.frees_in.map_or(wait, |w| w.min(wait)));
             } else {
                 held.queued += row.remaining();
-                held.rate += self.status(&row).rate;
+                held.rate += self.status(row).pace.rate;
             }
         }
         Ok(held)

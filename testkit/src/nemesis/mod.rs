@@ -17,16 +17,24 @@
 //! connections cut and refused for a while; `pg_terminate_backend` on a
 //! coordinator's sessions.
 //!
+//! The parts: [`schedule`] (the faults of a seed), `cluster` (the
+//! processes and how each fault is done to them), `workload` (the
+//! clients and the webhook receiver), `run` (the run and what is read
+//! back) and [`check`] (the history and the guarantees).
+//!
 //! Run by `server/tests/nemesis.rs` (a short run of fixed seeds in the
 //! test command; `NEMESIS_SEED=S` and `NEMESIS_SECS=N` choose).
 
 pub mod check;
+mod cluster;
 mod run;
 pub mod schedule;
+mod workload;
 
 use std::time::Duration;
 
-pub use run::{Binaries, LEASE, Sabotage};
+pub use cluster::{Binaries, LEASE};
+pub use workload::Sabotage;
 
 /// A run that kept every guarantee.
 #[derive(Debug)]

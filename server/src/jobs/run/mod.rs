@@ -18,7 +18,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use colball_core::Priority;
 use colball_proto::egress;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
@@ -29,10 +28,10 @@ use super::Jobs;
 use super::keys::KeyHold;
 pub use super::store::WINDOW;
 use super::store::{Claim, Finished, JobRow, JobState, SharedStore, StoreError, ToWrite, Wake};
-use crate::coordinator::admission::{Caller, Next, Parsed, Terms};
+use crate::coordinator::admission::{Next, Parsed, Requester, Terms};
 use crate::coordinator::events::{self, RequestEvents};
 use crate::error::ServerError;
-use steps::{Action, Claimed, Event, Outcome, Seen, Taken, Until, WindowLoop};
+use steps::{Action, Claimed, Event, Outcome, Taken, Until, Watched, WindowLoop};
 
 /// How often a coordinator on a shared store renews its leases and looks
 /// for jobs begun or ended elsewhere (hints from the store come sooner),
@@ -54,7 +53,7 @@ pub struct Run {
     pub(super) cancel: CancellationToken,
     pub(super) stored: watch::Sender<u64>,
     pub(super) live: broadcast::Sender<Live>,
-    pub(super) upload: watch::Sender<Upload>,
+    pub(super) upload: watch::Sender<UploadProgress>,
     /// Hints that results of the job were stored by another coordinator
     /// (on a shared store) in the windows `.0..=.1`, to wake its followers
     /// here.
@@ -71,7 +70,7 @@ pub struct Run {
 /// are valid (the others were stored with their error result), and
 /// whether every puzzle has arrived (the job is sealed).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct Upload {
+pub(super) struct UploadProgress {
     pub puzzles: u64,
     pub valid: u64,
     pub sealed: bool,
@@ -86,14 +85,14 @@ pub(super) type Live = Arc<Vec<egress::PuzzleResult>>;
 /// workers connected.
 struct Watch {
     stored: watch::Receiver<u64>,
-    upload: watch::Receiver<Upload>,
+    upload: watch::Receiver<UploadProgress>,
     workers: watch::Receiver<usize>,
 }
 
 impl Watch {
     /// The counts now.
-    fn seen(&mut self) -> Seen {
-        Seen {
+    fn seen(&mut self) -> Watched {
+        Watched {
             stored: *self.stored.borrow_and_update(),
             upload: *self.upload.borrow_and_update(),
             workers: *self.workers.borrow_and_update(),
@@ -102,7 +101,7 @@ impl Watch {
 }
 
 /// Where a run's windows come from: a store of this coordinator's own
-/// ([`Local`]) or one shared with other coordinators ([`Shared`]). The
+/// ([`LocalWindows`]) or one shared with other coordinators ([`SharedWindows`]). The
 /// window loop ([`steps`]) is the same over both.
 pub(super) trait Source: Send {
     /// The next window, `stored` of this run's results being stored.
@@ -121,13 +120,13 @@ pub(super) trait Source: Send {
 
 /// A store of this coordinator's own: the next puzzles without a result
 /// after the last window's (`after`), in index order.
-struct Local<'a> {
+struct LocalWindows<'a> {
     jobs: &'a Jobs,
     job: i64,
     after: Option<u64>,
 }
 
-impl Source for Local<'_> {
+impl Source for LocalWindows<'_> {
     async fn take(&mut self, _stored: u64) -> Result<Taken, StoreError> {
         let window = self
             .jobs
@@ -164,14 +163,14 @@ impl Source for Local<'_> {
 /// `ran` are those this run fed (window and claim's epoch), each with the
 /// count of fed results at which its own are all stored (then it is
 /// finished).
-struct Shared<'a> {
+struct SharedWindows<'a> {
     jobs: &'a Jobs,
     store: &'a dyn SharedStore,
     job: i64,
     ran: VecDeque<(u64, u64, u64)>,
 }
 
-impl Source for Shared<'_> {
+impl Source for SharedWindows<'_> {
     /// First finishes the windows whose results are all stored, then
     /// claims the next, in one call.
     async fn take(&mut self, stored: u64) -> Result<Taken, StoreError> {
@@ -261,7 +260,7 @@ impl Jobs {
         self: &Arc<Self>,
         (seq, owner, any_order): (i64, &str, bool),
         stored: u64,
-        upload: Upload,
+        upload: UploadProgress,
         key: Option<KeyHold>,
         row: Option<JobRow>,
     ) {
@@ -465,7 +464,7 @@ impl Jobs {
         if self.runs.contains_key(&row.seq) {
             return;
         }
-        let upload = Upload {
+        let upload = UploadProgress {
             puzzles: row.puzzles,
             valid: row.puzzles,
             sealed: true,
@@ -499,7 +498,7 @@ impl Jobs {
                 row
             }
         };
-        let priority = Priority::from_wire(row.priority, Priority::Bulk).unwrap_or(Priority::Bulk);
+        let priority = row.priority;
         if !matches!(row.state, JobState::Receiving | JobState::Running) {
             // A job still arriving becomes RUNNING when it is sealed.
             let _ = self.store.set_state(seq, JobState::Running, "", 0).await;
@@ -511,7 +510,7 @@ impl Jobs {
             &priority.to_string(),
             &row.owner,
         );
-        let caller = Caller {
+        let caller = Requester {
             client: row.owner.clone(),
             priority,
         };
@@ -523,13 +522,13 @@ impl Jobs {
     async fn run(
         &self,
         row: &JobRow,
-        caller: &Caller,
+        caller: &Requester,
         cancel: &CancellationToken,
         events: &mut RequestEvents,
     ) -> Outcome {
         match self.store.shared() {
             Some(store) => {
-                let mut source = Shared {
+                let mut source = SharedWindows {
                     jobs: self,
                     store,
                     job: row.seq,
@@ -539,7 +538,7 @@ impl Jobs {
                     .await
             }
             None => {
-                let mut source = Local {
+                let mut source = LocalWindows {
                     jobs: self,
                     job: row.seq,
                     after: None,
@@ -555,7 +554,7 @@ impl Jobs {
     async fn run_windows(
         &self,
         row: &JobRow,
-        caller: &Caller,
+        caller: &Requester,
         cancel: &CancellationToken,
         events: &mut RequestEvents,
         source: &mut impl Source,
@@ -710,7 +709,7 @@ impl Jobs {
     async fn run_window(
         &self,
         job: i64,
-        caller: &Caller,
+        caller: &Requester,
         batch: Vec<Parsed>,
         fence: Option<u64>,
         cancel: &CancellationToken,

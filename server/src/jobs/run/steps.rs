@@ -25,7 +25,7 @@
 
 use std::fmt;
 
-use super::Upload;
+use super::UploadProgress;
 use crate::error::ServerError;
 use crate::jobs::store::{Pending, StoreError, WINDOW};
 
@@ -70,11 +70,11 @@ impl fmt::Display for Outcome {
 
 /// The counts a wait wakes on, read by the driver when it wakes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Seen {
+pub(crate) struct Watched {
     /// This run's results stored so far (and those stored before it).
     pub(crate) stored: u64,
     /// How far the upload is.
-    pub(crate) upload: Upload,
+    pub(crate) upload: UploadProgress,
     /// Workers connected to this coordinator.
     pub(crate) workers: usize,
 }
@@ -83,12 +83,12 @@ pub(crate) struct Seen {
 #[derive(Debug)]
 pub(crate) enum Event {
     /// The run begins, or a wait ended: the counts now.
-    Woke(Seen),
+    Woke(Watched),
     /// The source's answer for the next window.
     Taken(Result<Taken, StoreError>),
     /// The window fed ended: all its results given to the writer, or the
     /// request failed as a whole; the upload as it is now.
-    Fed(Result<(), ServerError>, Upload),
+    Fed(Result<(), ServerError>, UploadProgress),
     /// The source was told of the window fed, or let go of its windows.
     Done,
     /// The run was cancelled or the coordinator is stopping.
@@ -103,7 +103,7 @@ pub(crate) struct Until {
     /// A worker connected.
     pub(crate) worker: bool,
     /// The upload past this point (more puzzles, or sealed).
-    pub(crate) upload_past: Option<Upload>,
+    pub(crate) upload_past: Option<UploadProgress>,
     /// The upload sealed.
     pub(crate) sealed: bool,
     /// A tick of the shared store's pace.
@@ -146,7 +146,7 @@ enum Phase {
     /// Waiting for the pace, a worker, or the upload.
     Pacing,
     /// Taking the next window, of the upload as it was (`arrived`).
-    Taking { arrived: Upload },
+    Taking { arrived: UploadProgress },
     /// A window fed: its size and last index, and its claim.
     Feeding {
         n: u64,
@@ -182,7 +182,7 @@ pub(crate) struct WindowLoop {
     /// The valid puzzles the watchers have been told of.
     announced: u64,
     /// The counts as last seen.
-    seen: Seen,
+    seen: Watched,
     phase: Phase,
 }
 
@@ -208,7 +208,7 @@ impl WindowLoop {
             fail_fast,
             fed: stored,
             announced,
-            seen: Seen::default(),
+            seen: Watched::default(),
             phase: Phase::Pacing,
         }
     }
@@ -303,7 +303,7 @@ impl WindowLoop {
 
     /// The source's answer, of the upload as it was before it was asked
     /// (`arrived`): a chunk stored after that wakes the wait for more.
-    fn taken(&mut self, arrived: Upload, taken: Result<Taken, StoreError>) -> Action {
+    fn taken(&mut self, arrived: UploadProgress, taken: Result<Taken, StoreError>) -> Action {
         match taken {
             // Given up waiting for the store: the run was stopped.
             Err(e) if e.passing() => self.end(Outcome::Stopped),
@@ -405,7 +405,7 @@ mod tests {
         /// The writer stores up to this many results in flight.
         Store(usize),
         /// A chunk of this many puzzles arrives (the last seals the job).
-        Upload(u64),
+        UploadProgress(u64),
         /// Workers connect (true) or all leave (false).
         Workers(bool),
         /// The next window's request fails as a whole after this many of
@@ -418,7 +418,7 @@ mod tests {
     fn luck() -> impl Strategy<Value = Luck> {
         prop_oneof![
             4 => (0usize..12).prop_map(Luck::Store),
-            2 => (1u64..9).prop_map(Luck::Upload),
+            2 => (1u64..9).prop_map(Luck::UploadProgress),
             1 => any::<bool>().prop_map(Luck::Workers),
             1 => (0usize..6, any::<bool>()).prop_map(|(n, w)| Luck::Fail(n, w)),
             1 => Just(Luck::Busy),
@@ -449,10 +449,10 @@ mod tests {
     }
 
     impl World {
-        fn seen(&self) -> Seen {
-            Seen {
+        fn seen(&self) -> Watched {
+            Watched {
                 stored: self.stored.len() as u64,
-                upload: Upload {
+                upload: UploadProgress {
                     puzzles: self.uploaded,
                     valid: self.uploaded,
                     sealed: self.sealed,
@@ -468,7 +468,7 @@ mod tests {
             } else if self.workers == 0 {
                 Luck::Workers(true)
             } else {
-                Luck::Upload(7)
+                Luck::UploadProgress(7)
             });
             match luck {
                 Luck::Store(n) => {
@@ -477,11 +477,11 @@ mod tests {
                         self.stored.insert(index);
                     }
                 }
-                Luck::Upload(n) if !self.sealed => {
+                Luck::UploadProgress(n) if !self.sealed => {
                     self.uploaded = (self.uploaded + n).min(self.size);
                     self.sealed = self.uploaded == self.size;
                 }
-                Luck::Upload(_) => {}
+                Luck::UploadProgress(_) => {}
                 Luck::Workers(on) => self.workers = usize::from(on),
                 Luck::Fail(n, no_workers) => self.fail_next = Some((n, no_workers)),
                 Luck::Busy => self.busy_next = true,
@@ -489,7 +489,7 @@ mod tests {
         }
 
         /// Whether a wait for `until` ends now.
-        fn ends(&self, until: &Until, seen: Seen) -> bool {
+        fn ends(&self, until: &Until, seen: Watched) -> bool {
             until.stored.is_some_and(|n| seen.stored >= n)
                 || until.worker && seen.workers > 0
                 || until.upload_past.is_some_and(|u| u != seen.upload)
@@ -671,9 +671,9 @@ mod tests {
     #[test]
     fn a_store_error_fails_the_job_and_an_unavailable_store_stops_the_run() {
         let mut machine = WindowLoop::with_window(4, true, false, 0, 0);
-        let seen = Seen {
+        let seen = Watched {
             workers: 1,
-            ..Seen::default()
+            ..Watched::default()
         };
         assert!(matches!(
             machine.step(Event::Woke(seen)),
@@ -693,12 +693,12 @@ mod tests {
     #[test]
     fn a_shared_store_claims_only_with_a_worker_and_lets_a_failed_window_go() {
         let mut machine = WindowLoop::with_window(4, true, false, 0, 0);
-        let upload = Upload {
+        let upload = UploadProgress {
             puzzles: 3,
             valid: 3,
             sealed: true,
         };
-        let idle = Seen {
+        let idle = Watched {
             stored: 0,
             upload,
             workers: 0,
@@ -707,7 +707,7 @@ mod tests {
             panic!("claimed without a worker");
         };
         assert!(until.worker);
-        let ready = Seen { workers: 1, ..idle };
+        let ready = Watched { workers: 1, ..idle };
         assert!(matches!(
             machine.step(Event::Woke(ready)),
             Action::Take { grow: 3, .. }

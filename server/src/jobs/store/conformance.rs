@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use colball_core::Priority;
 use colball_proto::{egress, v1};
 use colball_solver::Size;
 use colball_solver::generate::Generator;
@@ -99,9 +100,12 @@ pub(super) fn solved(index: u64) -> egress::PuzzleResult {
 pub(super) fn new_job(owner: &str) -> NewJob {
     NewJob {
         owner: owner.into(),
-        priority: 3,
+        name: String::new(),
+        priority: Priority::Bulk,
+        fail_fast: false,
+        any_order: false,
         created_ms: 1,
-        ..NewJob::default()
+        webhook: None,
     }
 }
 

@@ -15,12 +15,12 @@ mod packing;
 pub mod postgres;
 pub mod sqlite;
 
-use super::progress::Pace;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use colball_core::Priority;
 use colball_proto::{egress, v1};
 use colball_solver::Puzzle;
 use ecow::EcoString;
@@ -38,17 +38,24 @@ pub enum JobState {
 }
 
 impl JobState {
-    /// The state stored as number `n` (an unknown number reads as a job
-    /// never acknowledged).
-    pub fn from_number(n: i64) -> JobState {
-        match n {
+    /// The state stored as number `n` for job `job`; a number this version
+    /// does not know is an error, never a guess.
+    pub fn stored(job: i64, n: i64) -> Result<JobState, Unreadable> {
+        Ok(match n {
+            0 => JobState::Receiving,
             1 => JobState::Queued,
             2 => JobState::Running,
             3 => JobState::Done,
             4 => JobState::Cancelled,
             5 => JobState::Failed,
-            _ => JobState::Receiving,
-        }
+            _ => {
+                return Err(Unreadable {
+                    job,
+                    field: "state",
+                    value: n,
+                });
+            }
+        })
     }
 
     pub fn finished(self) -> bool {
@@ -56,6 +63,44 @@ impl JobState {
             self,
             JobState::Done | JobState::Cancelled | JobState::Failed
         )
+    }
+}
+
+/// The priority class stored as number `n` (its wire number) for job
+/// `job`: 0 (unset) is a job's default class, bulk; a number this version
+/// does not know is an error.
+pub fn stored_priority(job: i64, n: i64) -> Result<Priority, Unreadable> {
+    if n == 0 {
+        return Ok(Priority::Bulk);
+    }
+    [Priority::Interactive, Priority::Normal, Priority::Bulk]
+        .into_iter()
+        .find(|p| p.to_wire() as i64 == n)
+        .ok_or(Unreadable {
+            job,
+            field: "priority class",
+            value: n,
+        })
+}
+
+/// The number a priority class is stored as (its wire number).
+pub fn priority_number(priority: Priority) -> i32 {
+    priority.to_wire() as i32
+}
+
+/// A number in a job's row that this version cannot read: written by a
+/// newer colball, or damaged.
+#[derive(Debug, thiserror::Error)]
+#[error("job {job}: its stored {field} {value} is none this version of colball knows")]
+pub struct Unreadable {
+    pub job: i64,
+    pub field: &'static str,
+    pub value: i64,
+}
+
+impl From<Unreadable> for StoreError {
+    fn from(e: Unreadable) -> StoreError {
+        StoreError::Backend(e.to_string())
     }
 }
 
@@ -67,7 +112,7 @@ pub struct JobRow {
     pub id: String,
     pub owner: String,
     pub name: String,
-    pub priority: i32,
+    pub priority: Priority,
     pub state: JobState,
     pub puzzles: u64,
     pub solved: u64,
@@ -125,45 +170,14 @@ impl JobRow {
     pub fn remaining(&self) -> u64 {
         self.puzzles.saturating_sub(self.solved + self.errors)
     }
-
-    /// The job on the wire, going at `pace`.
-    pub fn to_wire(&self, pace: Pace) -> v1::Job {
-        v1::Job {
-            id: self.id(),
-            name: self.name.clone(),
-            state: self.state as i32,
-            priority: self.priority,
-            puzzles: self.puzzles,
-            solved: self.solved,
-            errors: self.errors,
-            remaining: self.remaining(),
-            created_unix_ms: self.created_ms,
-            finished_unix_ms: self.finished_ms,
-            failure: self.failure.clone(),
-            any_order: self.any_order,
-            rate: pace.rate,
-            eta_unix_ms: pace.eta_unix_ms,
-            webhook: self.webhook.as_ref().map(|w| v1::WebhookStatus {
-                url: w.url.clone(),
-                attempts: w.attempts,
-                delivered: w.delivered,
-                next_unix_ms: if w.next_ms == Webhook::NO_MORE || !self.state.finished() {
-                    0
-                } else {
-                    w.next_ms.max(self.finished_ms)
-                },
-            }),
-        }
-    }
 }
 
 /// A job about to be submitted: who, what, and how.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct NewJob {
     pub owner: String,
     pub name: String,
-    /// The wire priority class.
-    pub priority: i32,
+    pub priority: Priority,
     pub fail_fast: bool,
     pub any_order: bool,
     pub created_ms: i64,

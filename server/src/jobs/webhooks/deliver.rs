@@ -114,7 +114,7 @@ fn pause(attempt: u32) -> Duration {
 }
 
 /// How a call went.
-enum Outcome {
+enum CallOutcome {
     Delivered,
     /// Worth trying again later.
     Failed(String),
@@ -126,14 +126,14 @@ enum Outcome {
 /// any (for URLs whose pattern names a private address). Neither follows
 /// redirects or uses a proxy, so a call goes only where it was checked to
 /// go.
-struct Caller {
+struct HttpClients {
     public: reqwest::Client,
     any: reqwest::Client,
 }
 
-impl Caller {
-    fn new() -> Result<Caller, reqwest::Error> {
-        Ok(Caller {
+impl HttpClients {
+    fn new() -> Result<HttpClients, reqwest::Error> {
+        Ok(HttpClients {
             public: client(true)?,
             any: client(false)?,
         })
@@ -147,17 +147,17 @@ impl Caller {
         secret: &WebhookSecret,
         id: &str,
         body: &[u8],
-    ) -> Outcome {
+    ) -> CallOutcome {
         let (target, private_ok) = match allow::check(url, allowed) {
             Ok(checked) => checked,
-            Err(why) => return Outcome::Refused(why),
+            Err(why) => return CallOutcome::Refused(why),
         };
         // An address written in the URL is not resolved: check it here.
         if let Ok(ip) = target.host.trim_matches(['[', ']']).parse::<IpAddr>()
             && !private_ok
             && !is_public(ip)
         {
-            return Outcome::Refused(format!(
+            return CallOutcome::Refused(format!(
                 "{ip} is not a public address, and no --webhook-allow pattern names it"
             ));
         }
@@ -171,9 +171,9 @@ impl Caller {
         }
         match request.send().await {
             // The answer's body is never read: a call costs its headers.
-            Ok(answer) if answer.status().is_success() => Outcome::Delivered,
-            Ok(answer) => Outcome::Failed(format!("answered {}", answer.status())),
-            Err(e) => Outcome::Failed(describe(&e)),
+            Ok(answer) if answer.status().is_success() => CallOutcome::Delivered,
+            Ok(answer) => CallOutcome::Failed(format!("answered {}", answer.status())),
+            Err(e) => CallOutcome::Failed(describe(&e)),
         }
     }
 }
@@ -238,7 +238,7 @@ impl Jobs {
     /// Calls the webhooks of finished jobs while the coordinator lives;
     /// see the module documentation.
     pub(in crate::jobs) async fn deliver(self: Arc<Self>) {
-        let caller = match Caller::new() {
+        let caller = match HttpClients::new() {
             Ok(caller) => Arc::new(caller),
             Err(e) => {
                 tracing::error!(error = %e, "cannot make the webhooks' HTTP client; no webhook will be called");
@@ -294,7 +294,7 @@ impl Jobs {
     }
 
     /// Makes the call of finished job `row` and records how it went.
-    async fn call(&self, caller: &Caller, row: JobRow) {
+    async fn call(&self, caller: &HttpClients, row: JobRow) {
         let Some(hook) = row.webhook.clone() else {
             return;
         };
@@ -307,7 +307,7 @@ impl Jobs {
                     .call(&hook.url, &config.allow, secret, &call_id(&row), &body)
                     .await
             }
-            None => Outcome::Refused("webhooks are off on this coordinator".into()),
+            None => CallOutcome::Refused("webhooks are off on this coordinator".into()),
         };
         let now = events::unix_ms();
         let counts = &self.webhook_calls;
@@ -315,17 +315,17 @@ impl Jobs {
             n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         };
         let (next_ms, delivered) = match outcome {
-            Outcome::Delivered => {
+            CallOutcome::Delivered => {
                 tracing::debug!(job = %row.id, attempts, "webhook delivered");
                 count(&counts.delivered);
                 (Webhook::NO_MORE, true)
             }
-            Outcome::Refused(why) => {
+            CallOutcome::Refused(why) => {
                 tracing::warn!(job = %row.id, url = %hook.url, "webhook not called: {why}");
                 count(&counts.given_up);
                 (Webhook::NO_MORE, false)
             }
-            Outcome::Failed(why) => {
+            CallOutcome::Failed(why) => {
                 let next = now.saturating_add(pause(attempts).as_millis() as i64);
                 let until = row
                     .finished_ms
@@ -370,7 +370,7 @@ mod tests {
             id: "j7-5f3a9c21d0b4".into(),
             owner: "alice".into(),
             name: "night run".into(),
-            priority: 3,
+            priority: colball_core::Priority::Bulk,
             state: JobState::Done,
             puzzles: 300,
             solved: 299,

@@ -10,7 +10,7 @@ use tokio::sync::broadcast;
 use super::super::{
     Claim, Finished, Pending, Rescued, SharedStore, StoreError, WINDOW, Wake, packing,
 };
-use super::{LIVE_CLASS, PostgresStore, Seen, backend, resolving};
+use super::{LIVE_CLASS, PostgresStore, SeenWindow, backend, resolving};
 
 /// The keys of the coordinators alive now (a common table expression:
 /// their live locks, [`LIVE_CLASS`]).
@@ -303,7 +303,7 @@ impl SharedStore for PostgresStore {
             self.held
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert((job, win), Seen { epoch, got });
+                .insert((job, win), SeenWindow { epoch, got });
             if !pending.is_empty() {
                 let claim = Claim::Window {
                     win,

@@ -74,11 +74,11 @@ use tokio::sync::broadcast;
 use tokio_postgres::types::ToSql;
 use tokio_util::sync::DropGuard;
 
-use super::{JobRow, JobState, StoreError, Wake, Webhook, id_of};
+use super::{JobRow, JobState, StoreError, Wake, Webhook, id_of, stored_priority};
 
 use claims::{has, mark, window_pending};
 use migrations::migrate;
-use results::{Fenced, Group, Seen, put_locked, put_seen};
+use results::{Fenced, Group, SeenWindow, put_locked, put_seen};
 use session::{Session, jobs_hint, results_hint, session};
 
 /// What a job costs beyond its puzzles and results, for the size.
@@ -125,7 +125,7 @@ pub struct PostgresStore {
     /// Whether its session holds the live lock now: it claims only then.
     alive: Arc<AtomicBool>,
     /// The windows this process holds, as it last saw them stored.
-    held: Mutex<HashMap<(i64, u64), Seen>>,
+    held: Mutex<HashMap<(i64, u64), SeenWindow>>,
     /// Ends the session with the store.
     _session: DropGuard,
 }
@@ -303,15 +303,17 @@ impl PostgresStore {
         Ok(())
     }
 
-    fn row(&self, r: &tokio_postgres::Row) -> JobRow {
+    /// A job's row as read (its [`JOB_COLUMNS`]); a number this version
+    /// cannot read is an error.
+    fn row(&self, r: &tokio_postgres::Row) -> Result<JobRow, StoreError> {
         let seq: i64 = r.get(0);
-        JobRow {
+        Ok(JobRow {
             seq,
             id: id_of(seq, &self.instance),
             owner: r.get(1),
             name: r.get(2),
-            priority: r.get(3),
-            state: JobState::from_number(i64::from(r.get::<_, i16>(4))),
+            priority: stored_priority(seq, i64::from(r.get::<_, i32>(3)))?,
+            state: JobState::stored(seq, i64::from(r.get::<_, i16>(4)))?,
             puzzles: r.get::<_, i64>(5) as u64,
             solved: r.get::<_, i64>(6) as u64,
             errors: r.get::<_, i64>(7) as u64,
@@ -327,7 +329,7 @@ impl PostgresStore {
                 next_ms: r.get(16),
                 delivered: r.get(17),
             }),
-        }
+        })
     }
 
     async fn rows(
@@ -338,7 +340,7 @@ impl PostgresStore {
         let client = self.client().await?;
         let sql = format!("SELECT {JOB_COLUMNS} FROM colball_jobs {filter}");
         let rows = client.query(&sql, params).await.map_err(backend)?;
-        Ok(rows.iter().map(|r| self.row(r)).collect())
+        rows.iter().map(|r| self.row(r)).collect()
     }
 }
 

@@ -9,7 +9,7 @@ use colball_proto::{egress, v1};
 
 use super::super::{
     Entry, JobRow, JobState, JobStore, NewJob, Pending, SharedStore, StoreError, ToWrite, WINDOW,
-    id_of, packing,
+    id_of, packing, priority_number,
 };
 use super::{
     Fenced, JOB_BYTES, JOB_COLUMNS, PostgresStore, ROW_BYTES, backend, decode, held_bytes,
@@ -54,7 +54,7 @@ impl JobStore for PostgresStore {
                 &[
                     &job.owner,
                     &job.name,
-                    &job.priority,
+                    &priority_number(job.priority),
                     &job.created_ms,
                     &job.fail_fast,
                     &job.any_order,
@@ -203,7 +203,7 @@ impl JobStore for PostgresStore {
             .map_err(backend)?
             .ok_or(StoreError::NoSuchJob(job))?;
         self.hint_jobs(&client).await?;
-        Ok(self.row(&row))
+        self.row(&row)
     }
 
     async fn size_bytes(&self) -> Result<u64, StoreError> {

@@ -25,7 +25,7 @@ pub(super) async fn put_locked(
     tx: &deadpool_postgres::Transaction<'_>,
     job: i64,
     results: &[Fenced<'_>],
-    seen: &mut Vec<((i64, u64), Seen)>,
+    seen: &mut Vec<((i64, u64), SeenWindow)>,
     origin: i32,
 ) -> Result<Vec<bool>, StoreError> {
     let Some(stored) = tx
@@ -90,7 +90,7 @@ pub(super) async fn put_locked(
             // Its holder's: as it is stored once this commits.
             seen.push((
                 (job, w),
-                Seen {
+                SeenWindow {
                     epoch,
                     got: bits.clone(),
                 },
@@ -206,7 +206,7 @@ impl GroupRows {
 /// A window as its holder last saw it stored: the epoch of its claim and
 /// which indices have a result.
 #[derive(Clone, Debug)]
-pub(super) struct Seen {
+pub(super) struct SeenWindow {
     pub(super) epoch: u64,
     pub(super) got: Vec<u8>,
 }
@@ -219,12 +219,12 @@ pub(super) struct Seen {
 /// changed) when a window is not as seen: to be written by [`put_locked`].
 pub(super) async fn put_seen(
     client: &impl tokio_postgres::GenericClient,
-    held: &Mutex<HashMap<(i64, u64), Seen>>,
+    held: &Mutex<HashMap<(i64, u64), SeenWindow>>,
     job: i64,
     results: &[Fenced<'_>],
     origin: i32,
 ) -> Result<Option<Vec<bool>>, StoreError> {
-    let mut windows: BTreeMap<u64, (Seen, Vec<u8>, Group)> = BTreeMap::new();
+    let mut windows: BTreeMap<u64, (SeenWindow, Vec<u8>, Group)> = BTreeMap::new();
     {
         let held = held.lock().unwrap_or_else(|e| e.into_inner());
         for &(index, _, _, fence) in results {
@@ -335,7 +335,7 @@ pub(super) async fn put_seen(
         if ok {
             held.insert(
                 (job, w),
-                Seen {
+                SeenWindow {
                     epoch: seen.epoch,
                     got: bits,
                 },

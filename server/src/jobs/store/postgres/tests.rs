@@ -334,7 +334,7 @@ async fn concurrent_deletes_renewals_and_claims_all_succeed() {
 
 /// One step of two coordinators working one job's three windows.
 #[derive(Clone, Debug)]
-enum Step {
+enum WindowOp {
     Claim(usize),
     /// Every puzzle of window `.0` gets its result, under no claim.
     Solve(u64),
@@ -355,18 +355,18 @@ enum Step {
     LoseClaim(usize),
 }
 
-fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+fn step() -> impl proptest::strategy::Strategy<Value = WindowOp> {
     use proptest::prelude::*;
     prop_oneof![
-        4 => (0..2usize).prop_map(Step::Claim),
-        1 => (0..3u64).prop_map(Step::Solve),
-        2 => (0..2usize, 0..3u64).prop_map(|(h, w)| Step::Write(h, w)),
-        3 => (0..2usize, 0..3u64).prop_map(|(h, w)| Step::Finish(h, w)),
-        3 => (0..2usize, 0..3u64).prop_map(|(h, w)| Step::FinishAndClaim(h, w)),
-        1 => (0..2usize).prop_map(Step::Lapse),
-        1 => (0..2usize).prop_map(Step::Renew),
-        1 => (0..2usize).prop_map(Step::Release),
-        1 => (0..2usize).prop_map(Step::LoseClaim),
+        4 => (0..2usize).prop_map(WindowOp::Claim),
+        1 => (0..3u64).prop_map(WindowOp::Solve),
+        2 => (0..2usize, 0..3u64).prop_map(|(h, w)| WindowOp::Write(h, w)),
+        3 => (0..2usize, 0..3u64).prop_map(|(h, w)| WindowOp::Finish(h, w)),
+        3 => (0..2usize, 0..3u64).prop_map(|(h, w)| WindowOp::FinishAndClaim(h, w)),
+        1 => (0..2usize).prop_map(WindowOp::Lapse),
+        1 => (0..2usize).prop_map(WindowOp::Renew),
+        1 => (0..2usize).prop_map(WindowOp::Release),
+        1 => (0..2usize).prop_map(WindowOp::LoseClaim),
     ]
 }
 
@@ -494,11 +494,11 @@ fn window_claims_keep_their_invariants_over_random_steps() {
             let mut model = Model::default();
             for step in steps {
                 match step {
-                    Step::Claim(h) => {
+                    WindowOp::Claim(h) => {
                         let got = s[h].claim(job, names[h], long).await.unwrap();
                         claimed_as_wanted(model.claim(h), &got, &model);
                     }
-                    Step::FinishAndClaim(h, w) => {
+                    WindowOp::FinishAndClaim(h, w) => {
                         let i = w as usize;
                         let finished = model.finish(h, i);
                         let finishing: Vec<(u64, u64)> =
@@ -513,14 +513,14 @@ fn window_claims_keep_their_invariants_over_random_steps() {
                         let but = finished.is_some().then_some(i);
                         claimed_as_wanted(model.claim_other(h, but), &got, &model);
                     }
-                    Step::Solve(w) => {
+                    WindowOp::Solve(w) => {
                         let from = w * WINDOW as u64;
                         let to = (from + WINDOW as u64).min(n as u64);
                         let results = (from..to).map(|i| (job, solved(i))).collect();
                         put(&s[0], results).await;
                         model.solved[w as usize] = true;
                     }
-                    Step::Write(h, w) => {
+                    WindowOp::Write(h, w) => {
                         let i = w as usize;
                         if let Some(fence) = model.claimed[h][i] {
                             let from = w * WINDOW as u64;
@@ -541,13 +541,13 @@ fn window_claims_keep_their_invariants_over_random_steps() {
                             model.known[h][i] |= fence == model.epoch[i];
                         }
                     }
-                    Step::Finish(h, w) => {
+                    WindowOp::Finish(h, w) => {
                         if let Some((fence, want)) = model.finish(h, w as usize) {
                             let got = s[h].finish(job, w, fence).await.unwrap();
                             assert_eq!(got, want, "{model:?}");
                         }
                     }
-                    Step::LoseClaim(h) => {
+                    WindowOp::LoseClaim(h) => {
                         let before = model.claimed[h];
                         let got = s[h].claim(job, names[h], long).await.unwrap();
                         claimed_as_wanted(model.claim(h), &got, &model);
@@ -558,7 +558,7 @@ fn window_claims_keep_their_invariants_over_random_steps() {
                             model.claimed[h][w] = before[w];
                         }
                     }
-                    Step::Lapse(h) => {
+                    WindowOp::Lapse(h) => {
                         s[h].renew(names[h], Duration::ZERO).await.unwrap();
                         tokio::time::sleep(Duration::from_millis(2)).await;
                         for slot in model.holder.iter_mut().flatten() {
@@ -567,7 +567,7 @@ fn window_claims_keep_their_invariants_over_random_steps() {
                             }
                         }
                     }
-                    Step::Renew(h) => {
+                    WindowOp::Renew(h) => {
                         s[h].renew(names[h], long).await.unwrap();
                         for (w, slot) in model.holder.iter_mut().enumerate() {
                             if let Some((o, live)) = slot {
@@ -577,7 +577,7 @@ fn window_claims_keep_their_invariants_over_random_steps() {
                             }
                         }
                     }
-                    Step::Release(h) => {
+                    WindowOp::Release(h) => {
                         s[h].release(job, names[h]).await.unwrap();
                         model.known[h] = [false; 3];
                         for w in 0..3 {
@@ -835,4 +835,32 @@ async fn a_database_of_the_row_layout_is_regrouped_and_its_jobs_go_on() {
             .get(0);
         assert_eq!(left, 0, "{table}");
     }
+}
+
+/// A job's state or priority class this version does not know (a newer
+/// colball's, or damage) is an error naming it, never a guess.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_number_this_version_cannot_read_is_an_error() {
+    let (_server, url, a, _b) = two_on("unreadable").await;
+    let job = a.create(new_job("alice")).await.unwrap();
+    a.add(job, 0, entries(3)).await.unwrap();
+    a.seal(job, 2).await.unwrap();
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let connection = tokio::spawn(connection);
+    for (set, named) in [
+        ("state = 9", "state 9"),
+        ("state = 3, priority = 7", "priority class 7"),
+    ] {
+        client
+            .execute(&format!("UPDATE colball_jobs SET {set}"), &[])
+            .await
+            .unwrap();
+        let e = a.job(job).await.unwrap_err().to_string();
+        assert!(e.contains(named), "{e}");
+        assert!(a.list("alice").await.is_err());
+    }
+    drop(client);
+    connection.abort();
 }
