@@ -212,6 +212,46 @@ impl From<JobView> for Job {
     }
 }
 
+/// A job submitted as one JSON document: its puzzles and its options. The
+/// document is read as it arrives (its members in any order), so a job of
+/// millions of puzzles costs the coordinator no more memory than a small
+/// one; the job starts once the document has ended.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct JobSubmission {
+    /// The puzzles, in order: a result names its puzzle's index (from 0)
+    /// and id.
+    pub puzzles: Vec<PuzzleRecord>,
+    /// The job's priority class (default bulk).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Priority>,
+    /// A name for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 256)]
+    pub name: Option<String>,
+    /// Results are read in the order they are solved and stored, each
+    /// naming its puzzle, rather than in input order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub any_order: Option<bool>,
+    /// A URL to call (POST, a signed JSON body) once the job finishes;
+    /// it must match one of the coordinator's `--webhook-allow` patterns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 2048)]
+    pub webhook: Option<String>,
+}
+
+/// One puzzle: the start and target boards, a row of letters (R, B, G) a
+/// string, both of the same size (up to 4x4).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"id": "p1", "start": ["RGB", "BBR"], "target": ["GRB", "BBR"]}))]
+pub struct PuzzleRecord {
+    /// The puzzle's id (a whole number is taken too); its 1-based
+    /// place in the list when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub start: Vec<String>,
+    pub target: Vec<String>,
+}
+
 /// A job accepted: every puzzle is stored.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"id": "j7-5f3a9c21d0b4", "puzzles": 400000, "durable": true}))]
@@ -225,7 +265,7 @@ pub struct Submitted {
 
 /// A priority class: interactive work is served before normal, normal
 /// before bulk.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, ToSchema)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Priority {
     Interactive,

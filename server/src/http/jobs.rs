@@ -34,7 +34,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{any, get};
@@ -47,10 +47,12 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::api::{
-    ApiDoc, ApiError, ErrorResult, Format, Job, JobRefusals, ListRefusals, Order, ResultRecord,
-    ResultsQuery, SolvedResult, SubmitQuery, Submitted, TokenQuery,
+    ApiDoc, ApiError, ErrorResult, Format, Job, JobRefusals, JobSubmission, ListRefusals, Order,
+    ResultRecord, ResultsQuery, SolvedResult, SubmitQuery, Submitted, TokenQuery,
 };
+use super::submission::{self, NAME_CHARS};
 use crate::app::App;
+use crate::jobs::webhooks::allow::MAX_URL;
 use crate::jobs::{Entry, JobError, JobSpec, StoreError, SubmitError};
 
 /// Puzzles of an upload stored at a time.
@@ -87,7 +89,7 @@ pub fn router(app: App) -> Router {
         .with_state(app)
 }
 
-fn error(code: StatusCode, message: impl Into<String>) -> Response {
+pub(super) fn error(code: StatusCode, message: impl Into<String>) -> Response {
     (
         code,
         Json(ApiError {
@@ -190,12 +192,17 @@ impl FromRequestParts<App> for Client {
     }
 }
 
-/// Submit a puzzle file as a job.
+/// Submit puzzles as a job.
 ///
-/// The body is a puzzle file, classic or JSON Lines (as `colball solve`
-/// reads), read as it arrives and stored a chunk at a time. A line that
-/// does not parse ends it with 400 naming the line, and nothing of it is
-/// kept. The answer comes once every puzzle is stored.
+/// The body is either a puzzle file (`text/plain`, or any type but JSON:
+/// classic or JSON Lines, as `colball solve` reads), read as it arrives and
+/// stored a chunk at a time, the job running while it arrives; or one JSON
+/// document (`application/json`, a `JobSubmission`: the puzzles and the
+/// options), read as it arrives and stored once it has ended. A line or
+/// record that does not parse is answered with 400 naming its line, or its
+/// index and field, and nothing of the job is kept. The query's options
+/// apply to both; a JSON document's own options come before them. The
+/// answer comes once every puzzle is stored.
 #[utoipa::path(
     post,
     path = "/api/v1/jobs",
@@ -203,14 +210,18 @@ impl FromRequestParts<App> for Client {
     operation_id = "submit",
     params(SubmitQuery),
     request_body(
-        content = String,
-        content_type = "text/plain",
-        description = "A puzzle file, classic or JSON Lines",
-        example = "2 2\nBB\nBR\nBB\nRR\n",
+        description = "The puzzles: a puzzle file (classic or JSON Lines), or a JSON document with the job's options",
+        content(
+            (String = "text/plain", example = "2 2\nBB\nBR\nBB\nRR\n"),
+            (JobSubmission = "application/json", example = json!({
+                "puzzles": [{"id": "p1", "start": ["BB", "BR"], "target": ["BB", "RR"]}],
+                "priority": "bulk", "name": "round 2", "any_order": false
+            })),
+        ),
     ),
     responses(
         (status = 201, description = "Every puzzle is stored", body = Submitted),
-        (status = 400, description = "A line or a query parameter that does not parse, or a webhook URL no `--webhook-allow` pattern allows", body = ApiError),
+        (status = 400, description = "A line, a record or a query parameter that does not parse, or a webhook URL no `--webhook-allow` pattern allows", body = ApiError),
         (status = 401, description = "A client token is needed and was missing or wrong", body = ApiError),
         (status = 413, description = "More puzzles than `--max-job-puzzles`", body = ApiError),
         (status = 503, description = "The coordinator is shutting down or its store is unavailable", body = ApiError),
@@ -221,15 +232,64 @@ async fn submit(
     State(app): State<App>,
     Client(client): Client,
     Query(q): Query<SubmitQuery>,
+    headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let spec = JobSpec {
+    let mut spec = JobSpec {
         name: q.name,
         any_order: q.order == Order::Any,
         webhook: (!q.webhook.is_empty()).then_some(q.webhook),
         ..JobSpec::new(q.priority.into())
     };
-    match app.jobs.submit(&client, spec, upload(body)).await {
+    if !is_json(&headers) {
+        return stored(&app, app.jobs.submit(&client, spec, upload(body)).await);
+    }
+    // The query's options are checked even where the document's own
+    // options stand in for them: each part of a request holds to the
+    // contract on its own.
+    if spec.name.chars().count() > NAME_CHARS {
+        let message = format!("query parameter name: at most {NAME_CHARS} characters");
+        return error(StatusCode::BAD_REQUEST, message);
+    }
+    if spec.webhook.as_ref().is_some_and(|w| w.len() > MAX_URL) {
+        let message = format!("query parameter webhook: at most {MAX_URL} bytes");
+        return error(StatusCode::BAD_REQUEST, message);
+    }
+    let (options, chunks) = match submission::read(body, app.jobs.max_job_puzzles()).await {
+        Ok(read) => read,
+        Err((code, message)) => return error(code, message),
+    };
+    if let Some(priority) = options.priority {
+        spec.priority = priority.into();
+    }
+    if let Some(name) = options.name {
+        spec.name = name;
+    }
+    if let Some(any_order) = options.any_order {
+        spec.any_order = any_order;
+    }
+    if let Some(webhook) = options.webhook.filter(|w| !w.is_empty()) {
+        spec.webhook = Some(webhook);
+    }
+    stored(&app, app.jobs.submit(&client, spec, chunks).await)
+}
+
+/// Whether a request's body is JSON (`application/json`, with or without
+/// parameters).
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|t| t.to_str().ok())
+        .and_then(|t| t.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// The answer to a submission.
+fn stored<E: IntoResponse>(
+    app: &App,
+    submitted: Result<crate::jobs::JobRow, SubmitError<E>>,
+) -> Response {
+    match submitted {
         Ok(row) => (
             StatusCode::CREATED,
             Json(Submitted {
@@ -240,7 +300,7 @@ async fn submit(
         )
             .into_response(),
         Err(SubmitError::Job(e)) => e.into_response(),
-        Err(SubmitError::Upload(response)) => response,
+        Err(SubmitError::Upload(refused)) => refused.into_response(),
     }
 }
 

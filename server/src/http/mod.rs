@@ -23,6 +23,7 @@ pub mod api;
 pub mod jobs;
 pub mod metrics;
 pub mod process;
+mod submission;
 
 use std::convert::Infallible;
 use std::sync::Arc;

@@ -286,6 +286,11 @@ impl Jobs {
         }
     }
 
+    /// Most puzzles in one job (`--max-job-puzzles`).
+    pub fn max_job_puzzles(&self) -> usize {
+        self.limits.max_job_puzzles
+    }
+
     /// Whether jobs outlive the coordinator (the store is on disk).
     pub fn durable(&self) -> bool {
         self.store.durable()

@@ -573,11 +573,36 @@ pub(crate) async fn http_with_head(
     token: Option<&str>,
     body: &[u8],
 ) -> (u16, String, String) {
+    let auth = token.map_or_else(String::new, |t| format!("authorization: Bearer {t}\r\n"));
+    exchange(addr, method, path, &auth, body).await
+}
+
+/// One HTTP/1.0 POST of a JSON document: the status code and the body.
+pub(crate) async fn http_json(
+    addr: std::net::SocketAddr,
+    path: &str,
+    token: Option<&str>,
+    body: &[u8],
+) -> (u16, String) {
+    let auth = token.map_or_else(String::new, |t| format!("authorization: Bearer {t}\r\n"));
+    let head = format!("{auth}content-type: application/json\r\n");
+    let (code, _, body) = exchange(addr, "POST", path, &head, body).await;
+    (code, body)
+}
+
+/// One HTTP/1.0 exchange with the header lines `head` (each ending in
+/// CRLF): the status code, the head and the body.
+async fn exchange(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    head: &str,
+    body: &[u8],
+) -> (u16, String, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let auth = token.map_or_else(String::new, |t| format!("authorization: Bearer {t}\r\n"));
     let head = format!(
-        "{method} {path} HTTP/1.0\r\nhost: test\r\n{auth}content-length: {}\r\n\r\n",
+        "{method} {path} HTTP/1.0\r\nhost: test\r\n{head}content-length: {}\r\n\r\n",
         body.len()
     );
     s.write_all(head.as_bytes()).await.unwrap();

@@ -18,6 +18,7 @@ mod grpcurl;
 mod hostile;
 mod http_api;
 mod jobs;
+mod json_submit;
 mod ops;
 mod processes;
 mod prometheus;

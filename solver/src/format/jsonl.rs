@@ -123,27 +123,49 @@ fn rows<'v>(field: &str, value: Option<&'v Value>) -> Result<Vec<&'v str>, Strin
         .collect()
 }
 
+/// A puzzle record that could not be read: its id when one was readable,
+/// and what is wrong (naming the field).
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("{message}")]
+pub struct RecordError {
+    pub id: Option<String>,
+    pub message: String,
+}
+
 /// Reads one line; `case` is its 1-based case number, the default id.
 pub fn parse_line(line: usize, case: usize, text: &[u8]) -> Result<JsonCase, LineError> {
-    let fail = |id: Option<String>, message: String| LineError { line, id, message };
     let value: Value = serde_json::from_slice(text).map_err(|e| {
         let what = e.to_string();
         let what = what.split(" at line ").next().unwrap_or(&what).to_string();
-        fail(
-            None,
-            format!(
+        LineError {
+            line,
+            id: None,
+            message: format!(
                 "not valid JSON: {what} at column {} in {:?}",
                 e.column(),
                 excerpt(text)
             ),
-        )
+        }
     })?;
+    let (id, puzzle) = record(case, &value).map_err(|e| LineError {
+        line,
+        id: e.id,
+        message: e.message,
+    })?;
+    Ok(JsonCase { line, id, puzzle })
+}
+
+/// A puzzle record read as JSON already (a line's, or an element of a
+/// list): its id (`case`, its 1-based number, when it has none) and its
+/// puzzle, or what is wrong with it.
+pub fn record(case: usize, value: &Value) -> Result<(String, Puzzle), RecordError> {
+    let fail = |id: Option<String>, message: String| RecordError { id, message };
     let Value::Object(fields) = value else {
         return Err(fail(
             None,
             format!(
                 "expected a puzzle object like {{\"id\": \"p1\", \"start\": [...], \"target\": [...]}}, found {}",
-                kind(&value)
+                kind(value)
             ),
         ));
     };
@@ -170,7 +192,7 @@ pub fn parse_line(line: usize, case: usize, text: &[u8]) -> Result<JsonCase, Lin
     let target = board("target")?;
     let puzzle = Puzzle::new(start, target)
         .map_err(|e| fail(Some(id.clone()), format!("field target: {e}")))?;
-    Ok(JsonCase { line, id, puzzle })
+    Ok((id, puzzle))
 }
 
 /// The output line for a solved case.

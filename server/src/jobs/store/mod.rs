@@ -11,7 +11,7 @@
 //! (`conformance` below).
 
 pub mod memory;
-mod packing;
+pub(crate) mod packing;
 pub mod postgres;
 pub mod sqlite;
 
