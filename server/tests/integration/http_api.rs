@@ -529,3 +529,62 @@ async fn a_client_over_its_quota_is_refused_naming_it_while_another_is_served() 
     drop(c);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A client generated from the served document by a mainstream generator
+/// (openapi-python-client, pinned in scripts/test-requirements.txt) runs a
+/// job end to end as a new user would: submit in JSON, status, results,
+/// a bad record refused, cancel and delete. A change that breaks client
+/// generators fails here.
+#[test]
+fn a_generated_python_client_runs_a_job_end_to_end() {
+    let c = procs::coordinator(Path::new(BIN), "127.0.0.1:0", &[]);
+    let _w = procs::worker(Path::new(BIN), &c.url, "gen", Stderr::Quiet, &[]);
+    let dir = std::env::temp_dir().join(format!(
+        "colball-generated-py-{}-{}",
+        std::process::id(),
+        rand_suffix()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let generated = workspace().join("server/tests/generated");
+    let (ok, out) = run_python(
+        &[
+            "-m",
+            "openapi_python_client",
+            "generate",
+            "--url",
+            &format!("http://{}/api/v1/openapi.json", c.http),
+            "--meta",
+            "none",
+            "--output-path",
+            dir.join("colball_generated").to_str().unwrap(),
+            "--config",
+            generated.join("python-config.yaml").to_str().unwrap(),
+        ],
+        &[],
+        Duration::from_secs(120),
+    );
+    assert!(ok, "openapi-python-client generate:\n{out}");
+    let record = |(id, p): &(String, colball_solver::Puzzle)| serde_json::json!({"id": id, "start": p.start().rows(), "target": p.target().rows()});
+    let (puzzles, answers) = mixed(71, 60, 0);
+    let slow = crate::common::four_by_four(72, 3000);
+    let cases = serde_json::json!({
+        "puzzles": puzzles.iter().map(record).collect::<Vec<_>>(),
+        "answers": answers,
+        "slow": slow.iter().map(record).collect::<Vec<_>>(),
+    });
+    let cases_file = dir.join("cases.json");
+    std::fs::write(&cases_file, cases.to_string()).unwrap();
+    let (ok, out) = run_python(
+        &[
+            generated.join("python_e2e.py").to_str().unwrap(),
+            dir.to_str().unwrap(),
+            &format!("http://{}", c.http),
+            cases_file.to_str().unwrap(),
+        ],
+        &[],
+        Duration::from_secs(300),
+    );
+    assert!(ok, "the generated Python client:\n{out}");
+    assert!(out.contains("generated python client: ok"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
