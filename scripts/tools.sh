@@ -59,6 +59,26 @@ need_python_tools() {
     cp "$requirements" "$stamp"
 }
 
+# The Node tools, pinned by a package.json and its lockfile in DIR,
+# installed with `npm ci` under target/tools-node once (again when either
+# file changes). need_node_tools DIR WHY; Debian's nodejs and npm first
+# when node or npm is missing.
+TOOLS_NODE=target/tools-node
+need_node_tools() {
+    local dir=$1 why=$2
+    need_command node nodejs "$why"
+    need_command npm npm "$why"
+    if [ -f "$TOOLS_NODE/.stamp" ] && cat "$dir/package.json" "$dir/package-lock.json" | cmp -s - "$TOOLS_NODE/.stamp" \
+        && [ -d "$TOOLS_NODE/node_modules" ]; then
+        return 0
+    fi
+    echo "installing the Node tools pinned in $dir into $TOOLS_NODE: $why"
+    mkdir -p "$TOOLS_NODE"
+    cp "$dir/package.json" "$dir/package-lock.json" "$TOOLS_NODE/"
+    (cd "$TOOLS_NODE" && npm ci --silent --no-audit --no-fund)
+    cat "$dir/package.json" "$dir/package-lock.json" > "$TOOLS_NODE/.stamp"
+}
+
 # need_python_package DIR WHY installs the Python package in DIR into the
 # tools' virtualenv (after need_python_tools), again only when a file of it
 # changed since.

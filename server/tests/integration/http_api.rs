@@ -60,18 +60,7 @@ fn run_python(args: &[&str], env: &[(&str, &str)], limit: Duration) -> (bool, St
                 python()
             )
         });
-    let mut child = Proc(child);
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            break Some(status);
-        }
-        if Instant::now() >= deadline {
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    drop(child);
+    let status = wait_for_exit(Proc(child), limit);
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     std::fs::remove_dir_all(&dir).unwrap();
     match status {
@@ -587,4 +576,117 @@ fn a_generated_python_client_runs_a_job_end_to_end() {
     assert!(ok, "the generated Python client:\n{out}");
     assert!(out.contains("generated python client: ok"), "{out}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The same through TypeScript: types generated from the served document
+/// by openapi-typescript, calls through openapi-fetch, the test compiled
+/// by tsc in strict mode (so a document whose types no longer fit fails
+/// to compile) and run by Node. The tools are pinned in
+/// `server/tests/generated/typescript` (scripts/test installs them and
+/// names their folder in `COLBALL_NODE_TOOLS`).
+#[test]
+fn a_generated_typescript_client_runs_a_job_end_to_end() {
+    let tools = PathBuf::from(std::env::var("COLBALL_NODE_TOOLS").unwrap_or_else(|_| {
+        panic!(
+            "COLBALL_NODE_TOOLS is not set: this test needs the Node tools of \
+             server/tests/generated/typescript (scripts/test installs them and sets it)"
+        )
+    }));
+    let modules = tools.join("node_modules");
+    let c = procs::coordinator(Path::new(BIN), "127.0.0.1:0", &[]);
+    let _w = procs::worker(Path::new(BIN), &c.url, "gen-ts", Stderr::Quiet, &[]);
+    let dir = std::env::temp_dir().join(format!(
+        "colball-generated-ts-{}-{}",
+        std::process::id(),
+        rand_suffix()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let source = workspace().join("server/tests/generated/typescript/e2e.ts");
+    std::fs::copy(&source, dir.join("e2e.ts")).unwrap();
+    std::fs::write(dir.join("package.json"), r#"{"type": "module"}"#).unwrap();
+    std::os::unix::fs::symlink(&modules, dir.join("node_modules")).unwrap();
+    let node = |args: &[&str], what: &str| {
+        let (ok, out) = run_node(&dir, args, Duration::from_secs(300));
+        assert!(ok, "{what}:\n{out}");
+        out
+    };
+    let url = format!("http://{}/api/v1/openapi.json", c.http);
+    let generator = modules.join("openapi-typescript/bin/cli.js");
+    node(
+        &[generator.to_str().unwrap(), &url, "-o", "schema.d.ts"],
+        "openapi-typescript",
+    );
+    let tsc = modules.join("typescript/bin/tsc");
+    node(
+        &[
+            tsc.to_str().unwrap(),
+            "--strict",
+            "--module",
+            "nodenext",
+            "--moduleResolution",
+            "nodenext",
+            "--target",
+            "es2022",
+            "--types",
+            "node",
+            "--skipLibCheck",
+            "--outDir",
+            "out",
+            "e2e.ts",
+        ],
+        "tsc (the test against the generated types)",
+    );
+    let record = |(id, p): &(String, colball_solver::Puzzle)| serde_json::json!({"id": id, "start": p.start().rows(), "target": p.target().rows()});
+    let (puzzles, answers) = mixed(73, 60, 0);
+    let slow = crate::common::four_by_four(74, 3000);
+    let cases = serde_json::json!({
+        "puzzles": puzzles.iter().map(record).collect::<Vec<_>>(),
+        "answers": answers,
+        "slow": slow.iter().map(record).collect::<Vec<_>>(),
+    });
+    std::fs::write(dir.join("cases.json"), cases.to_string()).unwrap();
+    let out = node(
+        &["out/e2e.js", &format!("http://{}", c.http), "cases.json"],
+        "the generated TypeScript client",
+    );
+    assert!(out.contains("generated typescript client: ok"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Runs `node ARGS` in `dir` for at most `limit`, stopping it by its PID
+/// past that: whether it succeeded, and what it printed.
+fn run_node(dir: &Path, args: &[&str], limit: Duration) -> (bool, String) {
+    let log = dir.join(format!("node-{}.out", rand_suffix()));
+    let out = std::fs::File::create(&log).unwrap();
+    let child = Command::new("node")
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("cannot run node: {e}; scripts/test installs Node (Debian's nodejs)")
+        });
+    let status = wait_for_exit(Proc(child), limit);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    match status {
+        Some(status) => (status.success(), text),
+        None => (false, format!("stopped after {limit:?}:\n{text}")),
+    }
+}
+
+/// Waits up to `limit` for `child` to exit; past that it is stopped by its
+/// PID (dropping it) and there is no status.
+fn wait_for_exit(mut child: Proc, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
