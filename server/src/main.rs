@@ -339,10 +339,6 @@ fn main() -> ExitCode {
         println!("ok");
         return ExitCode::SUCCESS;
     }
-    telemetry::init(match cli.log_format {
-        LogFormatArg::Text => LogFormat::Text,
-        LogFormatArg::Json => LogFormat::Json,
-    });
     // A worker's async side only speaks the protocol (its solver threads
     // do the searching), so it runs on one thread: a task or a result then
     // crosses no thread but the solver's, where a pool of runtime threads
@@ -361,11 +357,32 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let format = match cli.log_format {
+        LogFormatArg::Text => LogFormat::Text,
+        LogFormatArg::Json => LogFormat::Json,
+    };
+    let service = match cli.command {
+        Command::Coordinator(_) => "colball-coordinator",
+        Command::Worker(_) => "colball-worker",
+    };
+    let export = match telemetry::init(format, service, &runtime) {
+        Ok(export) => export,
+        Err(e) => {
+            eprintln!("colball-server: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let result = runtime.block_on(async {
-        match cli.command {
+        let result = match cli.command {
             Command::Coordinator(args) => run_coordinator(*args).await,
             Command::Worker(args) => run_worker(args).await,
+        };
+        // The last spans go out while the runtime still carries the
+        // exporter's calls.
+        if export.on() {
+            let _ = tokio::task::spawn_blocking(move || export.finish()).await;
         }
+        result
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -31,6 +31,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
+use tracing::Instrument;
 
 /// Worker settings. `WorkerConfig::new(url)` gives defaults that suit one machine.
 #[derive(Clone, Debug)]
@@ -397,7 +398,11 @@ pub async fn run(config: WorkerConfig, shutdown: CancellationToken) -> Result<()
         pool.cancelled().clear();
         let began = Instant::now();
         let url = &urls[at];
-        match session(&config, url, &pool, &mut done_rx, session_id, &shutdown).await {
+        let span = tracing::info_span!("session", coordinator = %url, session = session_id);
+        let ended = session(&config, url, &pool, &mut done_rx, session_id, &shutdown)
+            .instrument(span)
+            .await;
+        match ended {
             SessionEnd::Drained => return Ok(()),
             SessionEnd::Refused(status) => {
                 tracing::error!(message = status.message(), "refused by the coordinator");
@@ -540,19 +545,23 @@ async fn session(
                     }
                     Some(coordinator_message::Kind::Assign(assign)) => {
                         // Tasks that cannot be queued go back at once, in
-                        // one message.
+                        // one message. (A span a batch of tasks, not a
+                        // task.)
+                        let span = tracing::info_span!("tasks", count = assign.tasks.len());
                         let mut back = Vec::new();
-                        for task in assign.tasks {
-                            if held.len() >= max_held {
-                                back.push(given_back(task.task_id, "over the session's max_tasks"));
-                                continue;
+                        span.in_scope(|| {
+                            for task in assign.tasks {
+                                if held.len() >= max_held {
+                                    back.push(given_back(task.task_id, "over the session's max_tasks"));
+                                    continue;
+                                }
+                                held.insert(task.task_id);
+                                if let Some(result) = submit(pool, session_id, &task) {
+                                    held.remove(&result.task_id);
+                                    back.push(result);
+                                }
                             }
-                            held.insert(task.task_id);
-                            if let Some(result) = submit(pool, session_id, &task) {
-                                held.remove(&result.task_id);
-                                back.push(result);
-                            }
-                        }
+                        });
                         if !back.is_empty() && out.send(results_message(back)).await.is_err() {
                             return ended(draining, "session closed");
                         }

@@ -184,6 +184,23 @@ pub fn worker_threads(
     threads: usize,
     extra: &[&str],
 ) -> Proc {
+    spawn_worker(bin, url, name, stderr, threads, extra, &[])
+}
+
+/// [`worker`] with these environment variables set.
+pub fn worker_env(bin: &Path, url: &str, name: &str, env: &[(&str, &str)]) -> Proc {
+    spawn_worker(bin, url, name, Stderr::Warn, 1, &[], env)
+}
+
+fn spawn_worker(
+    bin: &Path,
+    url: &str,
+    name: &str,
+    stderr: Stderr,
+    threads: usize,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Proc {
     let threads = threads.to_string();
     let log = if stderr == Stderr::Quiet {
         "error"
@@ -191,16 +208,17 @@ pub fn worker_threads(
         "warn"
     };
     let mut c = command(bin, log);
-    c.args([
-        "worker",
-        "--coordinator",
-        url,
-        "--threads",
-        &threads,
-        "--name",
-        name,
-    ])
-    .args(extra);
+    c.envs(env.iter().copied())
+        .args([
+            "worker",
+            "--coordinator",
+            url,
+            "--threads",
+            &threads,
+            "--name",
+            name,
+        ])
+        .args(extra);
     if stderr == Stderr::Capture {
         c.stderr(Stdio::piped());
     }

@@ -27,4 +27,5 @@ mod secure_processes;
 mod security;
 mod sharing;
 mod stragglers;
+mod tracing_export;
 mod webhooks;
