@@ -50,10 +50,10 @@ use super::api::{
     ApiDoc, ApiError, ErrorResult, Format, Job, JobRefusals, JobSubmission, ListRefusals, Order,
     ResultRecord, ResultsQuery, SolvedResult, SubmitQuery, Submitted, TokenQuery,
 };
-use super::submission::{self, NAME_CHARS};
+use super::submission;
 use crate::app::App;
 use crate::jobs::webhooks::allow::MAX_URL;
-use crate::jobs::{Entry, JobError, JobSpec, StoreError, SubmitError};
+use crate::jobs::{Entry, JobError, JobSpec, NAME_CHARS, StoreError, SubmitError};
 
 /// Puzzles of an upload stored at a time.
 const CHUNK: usize = 4096;

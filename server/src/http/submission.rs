@@ -30,15 +30,12 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::StreamExt;
 
 use super::api::Priority;
-use crate::jobs::Entry;
 use crate::jobs::store::packing;
 use crate::jobs::webhooks::allow::MAX_URL;
+use crate::jobs::{Entry, NAME_CHARS};
 
 /// Puzzles handed on at a time.
 const CHUNK: usize = 4096;
-
-/// Most characters in a job's name.
-pub(super) const NAME_CHARS: usize = 256;
 
 /// Most bytes one puzzle record (or one option's value) may take.
 const RECORD_BYTES: u64 = 1 << 20;
@@ -160,12 +157,7 @@ impl Read for BodyReader {
 fn parse(reader: BodyReader, max_puzzles: usize) -> Result<(BodyOptions, Spill), Refusal> {
     let read = reader.read.clone();
     let mut body = Document {
-        spill: Spill::new().map_err(|e| {
-            (
-                StatusCode::INSUFFICIENT_STORAGE,
-                format!("cannot keep the puzzles while the body arrives: {e}"),
-            )
-        })?,
+        spill: Spill::new().map_err(|e| cannot_keep(&e))?,
         options: BodyOptions::default(),
         puzzles: false,
         max_puzzles,
@@ -191,12 +183,7 @@ fn parse(reader: BodyReader, max_puzzles: usize) -> Result<(BodyOptions, Spill),
             "field puzzles: missing (a list of puzzle objects)".into(),
         ));
     }
-    body.spill.finish().map_err(|e| {
-        (
-            StatusCode::INSUFFICIENT_STORAGE,
-            format!("cannot keep the puzzles while the body arrives: {e}"),
-        )
-    })?;
+    body.spill.finish().map_err(|e| cannot_keep(&e))?;
     Ok((body.options, body.spill))
 }
 
@@ -224,49 +211,39 @@ impl Document {
 
     /// An option's value, checked.
     fn option<E: de::Error>(&mut self, key: &str, value: Value) -> Result<(), E> {
+        self.read_option(key, &value)
+            .map_err(|message| self.refuse(StatusCode::BAD_REQUEST, message))
+    }
+
+    /// [`Self::option`]'s reading: what is wrong with it, if anything.
+    fn read_option(&mut self, key: &str, value: &Value) -> Result<(), String> {
         let expected = |what: &str| format!("field {key}: expected {what}, found {value}");
-        if !matches!(key, "priority" | "name" | "webhook" | "any_order") {
-            let message = format!(
-                "field {key}: not a member of a job submission (puzzles, priority, name, any_order, webhook)"
-            );
-            return Err(self.refuse(StatusCode::BAD_REQUEST, message));
-        }
-        match (key, &value) {
-            ("priority", Value::String(p)) => {
-                let priority = match p.as_str() {
-                    "interactive" => Priority::Interactive,
-                    "normal" => Priority::Normal,
-                    "bulk" => Priority::Bulk,
-                    _ => {
-                        let message = expected("one of \"interactive\", \"normal\", \"bulk\"");
-                        return Err(self.refuse(StatusCode::BAD_REQUEST, message));
-                    }
+        match (key, value) {
+            ("priority" | "name" | "webhook" | "any_order", Value::Null) => {}
+            ("priority", _) => {
+                let priority = match value.as_str() {
+                    Some("interactive") => Priority::Interactive,
+                    Some("normal") => Priority::Normal,
+                    Some("bulk") => Priority::Bulk,
+                    _ => return Err(expected("one of \"interactive\", \"normal\", \"bulk\"")),
                 };
                 self.options.priority = Some(priority);
             }
             ("name", Value::String(n)) if n.chars().count() > NAME_CHARS => {
-                let message = format!("field name: at most {NAME_CHARS} characters");
-                return Err(self.refuse(StatusCode::BAD_REQUEST, message));
-            }
-            ("webhook", Value::String(w)) if w.len() > MAX_URL => {
-                let message = format!("field webhook: at most {MAX_URL} bytes");
-                return Err(self.refuse(StatusCode::BAD_REQUEST, message));
+                return Err(format!("field name: at most {NAME_CHARS} characters"));
             }
             ("name", Value::String(n)) => self.options.name = Some(n.clone()),
+            ("webhook", Value::String(w)) if w.len() > MAX_URL => {
+                return Err(format!("field webhook: at most {MAX_URL} bytes"));
+            }
             ("webhook", Value::String(w)) => self.options.webhook = Some(w.clone()),
+            ("name" | "webhook", _) => return Err(expected("a string")),
             ("any_order", Value::Bool(b)) => self.options.any_order = Some(*b),
-            (_, Value::Null) => {}
-            ("priority", _) => {
-                let message = expected("one of \"interactive\", \"normal\", \"bulk\"");
-                return Err(self.refuse(StatusCode::BAD_REQUEST, message));
-            }
-            ("name" | "webhook", _) => {
-                let message = expected("a string");
-                return Err(self.refuse(StatusCode::BAD_REQUEST, message));
-            }
+            ("any_order", _) => return Err(expected("true or false")),
             _ => {
-                let message = expected("true or false");
-                return Err(self.refuse(StatusCode::BAD_REQUEST, message));
+                return Err(format!(
+                    "field {key}: not a member of a job submission (puzzles, priority, name, any_order, webhook)"
+                ));
             }
         }
         Ok(())
@@ -335,9 +312,8 @@ impl<'de> Visitor<'de> for Puzzles<'_> {
             match colball_solver::format::jsonl::record(index + 1, &value) {
                 Ok((id, puzzle)) => {
                     if let Err(e) = document.spill.put(&id, &puzzle) {
-                        let message =
-                            format!("cannot keep the puzzles while the body arrives: {e}");
-                        return Err(document.refuse(StatusCode::INSUFFICIENT_STORAGE, message));
+                        let (code, message) = cannot_keep(&e);
+                        return Err(document.refuse(code, message));
                     }
                 }
                 Err(e) => {
@@ -425,6 +401,14 @@ impl Spill {
         }
         let _ = std::fs::remove_file(path);
     }
+}
+
+/// A spill that could not be written.
+fn cannot_keep(e: &std::io::Error) -> Refusal {
+    (
+        StatusCode::INSUFFICIENT_STORAGE,
+        format!("cannot keep the puzzles while the body arrives: {e}"),
+    )
 }
 
 /// A spill that could not be read back.

@@ -43,7 +43,7 @@ pub use progress::Pace;
 use progress::Speedometer;
 use run::Run;
 pub use store::{Entry, JobRow, JobState, JobStore, StoreError};
-pub use submit::JobSpec;
+pub use submit::{JobSpec, NAME_CHARS};
 
 /// A job as its client sees it: its row (its state a closed enum, its
 /// priority class typed) and its pace. The API layers turn it into their

@@ -33,10 +33,13 @@ const GATHER: usize = 4 * WINDOW;
 /// How long a chunk waits for the next one to be stored with it.
 const GATHER_WAIT: Duration = Duration::from_millis(20);
 
+/// Most characters in a job's name.
+pub const NAME_CHARS: usize = 256;
+
 /// A job to submit, as an API layer read it from its request.
 #[derive(Clone, Debug)]
 pub struct JobSpec {
-    /// Its name, for people (at most 256 characters).
+    /// Its name, for people (at most [`NAME_CHARS`] characters).
     pub name: String,
     pub priority: Priority,
     /// Fail the job when no worker is connected for the grace period.
@@ -78,8 +81,9 @@ impl Jobs {
         chunks: impl Stream<Item = Result<Vec<Entry>, E>> + Unpin,
     ) -> Result<JobRow, SubmitError<E>> {
         let mut chunks = chunks.fuse();
-        if spec.name.chars().count() > 256 {
-            return Err(JobError::Invalid("field name: at most 256 characters".into()).into());
+        if spec.name.chars().count() > NAME_CHARS {
+            let message = format!("field name: at most {NAME_CHARS} characters");
+            return Err(JobError::Invalid(message).into());
         }
         if let Some(key) = &spec.key {
             check_key(key, "options.key")?;

@@ -553,16 +553,8 @@ fn a_generated_python_client_runs_a_job_end_to_end() {
         Duration::from_secs(120),
     );
     assert!(ok, "openapi-python-client generate:\n{out}");
-    let record = |(id, p): &(String, colball_solver::Puzzle)| serde_json::json!({"id": id, "start": p.start().rows(), "target": p.target().rows()});
-    let (puzzles, answers) = mixed(71, 60, 0);
-    let slow = crate::common::four_by_four(72, 3000);
-    let cases = serde_json::json!({
-        "puzzles": puzzles.iter().map(record).collect::<Vec<_>>(),
-        "answers": answers,
-        "slow": slow.iter().map(record).collect::<Vec<_>>(),
-    });
     let cases_file = dir.join("cases.json");
-    std::fs::write(&cases_file, cases.to_string()).unwrap();
+    std::fs::write(&cases_file, generated_client_cases(71).to_string()).unwrap();
     let (ok, out) = run_python(
         &[
             generated.join("python_e2e.py").to_str().unwrap(),
@@ -636,21 +628,36 @@ fn a_generated_typescript_client_runs_a_job_end_to_end() {
         ],
         "tsc (the test against the generated types)",
     );
-    let record = |(id, p): &(String, colball_solver::Puzzle)| serde_json::json!({"id": id, "start": p.start().rows(), "target": p.target().rows()});
-    let (puzzles, answers) = mixed(73, 60, 0);
-    let slow = crate::common::four_by_four(74, 3000);
-    let cases = serde_json::json!({
-        "puzzles": puzzles.iter().map(record).collect::<Vec<_>>(),
-        "answers": answers,
-        "slow": slow.iter().map(record).collect::<Vec<_>>(),
-    });
-    std::fs::write(dir.join("cases.json"), cases.to_string()).unwrap();
+    std::fs::write(
+        dir.join("cases.json"),
+        generated_client_cases(73).to_string(),
+    )
+    .unwrap();
     let out = node(
         &["out/e2e.js", &format!("http://{}", c.http), "cases.json"],
         "the generated TypeScript client",
     );
     assert!(out.contains("generated typescript client: ok"), "{out}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// What the generated clients' end-to-end programs read: 60 small
+/// puzzles (from `seed`) as JSON records with their answers, and 3,000
+/// 4x4 ones that keep a job running long enough to cancel it.
+fn generated_client_cases(seed: u64) -> serde_json::Value {
+    let (puzzles, answers) = mixed(seed, 60, 0);
+    let slow = crate::common::four_by_four(seed + 1, 3000);
+    let records = |puzzles: &[(String, colball_solver::Puzzle)]| {
+        puzzles
+            .iter()
+            .map(|(id, p)| crate::json_submit::record(id, p))
+            .collect::<Vec<_>>()
+    };
+    serde_json::json!({
+        "puzzles": records(&puzzles),
+        "answers": answers,
+        "slow": records(&slow),
+    })
 }
 
 /// Runs `node ARGS` in `dir` for at most `limit`, stopping it by its PID

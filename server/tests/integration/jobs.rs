@@ -805,11 +805,6 @@ async fn a_two_million_puzzle_job_costs_the_coordinator_a_bounded_window() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_two_million_puzzle_http_upload_is_stored_as_it_arrives() {
     const PUZZLES: usize = 2_000_000;
-    let dir = std::env::temp_dir().join(format!("colball-jobs-http-2m-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let data = dir.to_str().unwrap().to_string();
-    let c = procs::coordinator(Path::new(BIN), "127.0.0.1:0", &["--data-dir", &data]);
-    let (before, _) = c.proc.memory_kib().unwrap();
     let two = colball_solver::Size::new(2, 2).unwrap();
     let mut g = colball_solver::generate::Generator::new(49);
     let mut body = Vec::with_capacity(PUZZLES * 16);
@@ -818,17 +813,35 @@ async fn a_two_million_puzzle_http_upload_is_stored_as_it_arrives() {
             colball_solver::format::classic::format_case(&g.uniform(two)).as_bytes(),
         );
     }
+    upload_stays_bounded("http-2m", &body, PUZZLES, false).await;
+}
+
+/// Submits `body` (a puzzle file of `puzzles` puzzles, or a JSON
+/// submission when `json`) over HTTP to a coordinator process with its
+/// store on disk, and checks that its peak resident set grew by less than
+/// 64 MiB; then deletes the job.
+pub(crate) async fn upload_stays_bounded(name: &str, body: &[u8], puzzles: usize, json: bool) {
+    let dir = std::env::temp_dir().join(format!("colball-jobs-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let data = dir.to_str().unwrap().to_string();
+    let c = procs::coordinator(Path::new(BIN), "127.0.0.1:0", &["--data-dir", &data]);
+    let (before, _) = c.proc.memory_kib().unwrap();
     let addr = c.http.parse().unwrap();
-    let (code, created) = http(addr, "POST", "/api/v1/jobs?name=big", None, &body).await;
+    let (code, created) = if json {
+        http_json(addr, "/api/v1/jobs", None, body).await
+    } else {
+        http(addr, "POST", "/api/v1/jobs?name=big", None, body).await
+    };
     assert_eq!(code, 201, "{created}");
     let created: serde_json::Value = serde_json::from_str(&created).unwrap();
-    assert_eq!(created["puzzles"], PUZZLES);
+    assert_eq!(created["puzzles"], puzzles);
     let (peak, _) = c.proc.memory_kib().unwrap();
     println!(
-        "coordinator peak RSS {:.1} MiB before, {:.1} MiB after a {} MB upload",
+        "coordinator peak RSS {:.1} MiB before, {:.1} MiB after a {} MB {}",
         before as f64 / 1024.0,
         peak as f64 / 1024.0,
-        body.len() >> 20
+        body.len() >> 20,
+        if json { "JSON submission" } else { "upload" }
     );
     assert!(peak - before < 64 * 1024, "{} KiB more", peak - before);
     let id = created["id"].as_str().unwrap();

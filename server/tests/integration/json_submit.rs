@@ -3,18 +3,13 @@
 //! its options in any order, its results read back right, its bad records
 //! refused by index and field, and its memory bounded whatever its size.
 
-use std::path::Path;
-
 use colball_testkit::LocalCluster;
-use colball_testkit::procs;
 
 use crate::common::{mixed, quick};
-use crate::jobs::{http, http_json};
-
-const BIN: &str = env!("CARGO_BIN_EXE_colball-server");
+use crate::jobs::{http, http_json, upload_stays_bounded};
 
 /// A puzzle as a JSON record.
-fn record(id: &str, p: &colball_solver::Puzzle) -> serde_json::Value {
+pub(crate) fn record(id: &str, p: &colball_solver::Puzzle) -> serde_json::Value {
     serde_json::json!({"id": id, "start": p.start().rows(), "target": p.target().rows()})
 }
 
@@ -79,11 +74,6 @@ async fn a_json_submission_runs_with_its_options_and_reads_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_two_million_puzzle_json_submission_stays_within_bounded_memory() {
     const PUZZLES: usize = 2_000_000;
-    let dir = std::env::temp_dir().join(format!("colball-jobs-json-2m-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let data = dir.to_str().unwrap().to_string();
-    let c = procs::coordinator(Path::new(BIN), "127.0.0.1:0", &["--data-dir", &data]);
-    let (before, _) = c.proc.memory_kib().unwrap();
     let two = colball_solver::Size::new(2, 2).unwrap();
     let mut g = colball_solver::generate::Generator::new(50);
     let mut body = Vec::with_capacity(PUZZLES * 56);
@@ -96,22 +86,5 @@ async fn a_two_million_puzzle_json_submission_stays_within_bounded_memory() {
         body.extend_from_slice(record(&format!("p{i}"), &p).to_string().as_bytes());
     }
     body.extend_from_slice(br#"], "name": "big"}"#);
-    let addr = c.http.parse().unwrap();
-    let (code, created) = http_json(addr, "/api/v1/jobs", None, &body).await;
-    assert_eq!(code, 201, "{created}");
-    let created: serde_json::Value = serde_json::from_str(&created).unwrap();
-    assert_eq!(created["puzzles"], PUZZLES);
-    let (peak, _) = c.proc.memory_kib().unwrap();
-    println!(
-        "coordinator peak RSS {:.1} MiB before, {:.1} MiB after a {} MB JSON submission",
-        before as f64 / 1024.0,
-        peak as f64 / 1024.0,
-        body.len() >> 20
-    );
-    assert!(peak - before < 64 * 1024, "{} KiB more", peak - before);
-    let id = created["id"].as_str().unwrap();
-    let (code, _) = http(addr, "DELETE", &format!("/api/v1/jobs/{id}"), None, b"").await;
-    assert_eq!(code, 204);
-    drop(c);
-    std::fs::remove_dir_all(&dir).unwrap();
+    upload_stays_bounded("json-2m", &body, PUZZLES, true).await;
 }
