@@ -5,7 +5,6 @@
 use std::time::{Duration, Instant};
 
 use colball_proto::MAX_MESSAGE_BYTES;
-use colball_proto::auth::Bearer;
 use colball_proto::puzzle_to_wire;
 use colball_proto::v1::jobs_client::JobsClient;
 use colball_proto::v1::{self, submit_request};
@@ -14,7 +13,7 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
-use crate::remote::{self, ClientError, RemoteSolved, Security, SolveError};
+use crate::remote::{self, ClientError, Outgoing, RemoteSolved, Security, SolveError};
 
 /// Puzzles per message of a submission (well under the message limit).
 pub const SUBMIT_CHUNK: usize = 10_000;
@@ -22,13 +21,13 @@ pub const SUBMIT_CHUNK: usize = 10_000;
 /// A connection to a coordinator's job service.
 #[derive(Clone, Debug)]
 pub struct Jobs {
-    inner: JobsClient<InterceptedService<Channel, Bearer>>,
+    inner: JobsClient<InterceptedService<Channel, Outgoing>>,
 }
 
 impl Jobs {
     pub async fn connect(url: &str, security: &Security) -> Result<Jobs, ClientError> {
         let channel = remote::channel(url, security).await?;
-        let inner = JobsClient::with_interceptor(channel, Bearer::new(security.token.as_ref()))
+        let inner = JobsClient::with_interceptor(channel, Outgoing::new(security.token.as_ref()))
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Ok(Jobs { inner })

@@ -49,16 +49,61 @@ enum Command {
     Job(job::JobArgs),
 }
 
+impl Command {
+    /// Its name on the command line.
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Solve(_) => "solve",
+            Command::Gen(_) => "gen",
+            Command::Bench(_) => "bench",
+            Command::Watch(_) => "watch",
+            Command::Grade(_) => "grade",
+            Command::Job(_) => "job",
+        }
+    }
+
+    fn run(self, quiet: bool) -> anyhow::Result<ExitCode> {
+        match self {
+            Command::Solve(args) => solve::solve(args, quiet),
+            Command::Grade(args) => grade::grade(args, quiet),
+            Command::Gen(args) => generate::generate(args).map(|()| ExitCode::SUCCESS),
+            Command::Bench(args) => bench::run_bench(args).map(|()| ExitCode::SUCCESS),
+            Command::Watch(args) => watch::run_watch(args).map(|()| ExitCode::SUCCESS),
+            Command::Job(args) => job::run(args, quiet),
+        }
+    }
+}
+
+/// Runs the command in a span `colball` (`colball solve`, ...), exported
+/// over OTLP as service `colball` when the standard OpenTelemetry
+/// variables ask: the coordinator's spans for its calls join its trace.
+#[cfg(feature = "cluster")]
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let export = colball_telemetry::init("colball", None).map_err(anyhow::Error::msg)?;
+    let span = tracing::info_span!(
+        "colball",
+        otel.name = %format_args!("colball {}", cli.command.name()),
+        otel.kind = "client",
+        otel.status_code = tracing::field::Empty,
+    );
+    let result = span.in_scope(|| cli.command.run(cli.quiet));
+    if result.is_err() {
+        span.record("otel.status_code", "ERROR");
+    }
+    drop(span);
+    // The span goes out (this waits for it).
+    export.finish();
+    result
+}
+
+#[cfg(not(feature = "cluster"))]
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let _ = cli.command.name();
+    cli.command.run(cli.quiet)
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Solve(args) => solve::solve(args, cli.quiet),
-        Command::Grade(args) => grade::grade(args, cli.quiet),
-        Command::Gen(args) => generate::generate(args).map(|()| ExitCode::SUCCESS),
-        Command::Bench(args) => bench::run_bench(args).map(|()| ExitCode::SUCCESS),
-        Command::Watch(args) => watch::run_watch(args).map(|()| ExitCode::SUCCESS),
-        Command::Job(args) => job::run(args, cli.quiet),
-    };
+    let result = run(Cli::parse());
     match result {
         Ok(code) => code,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,

@@ -280,10 +280,39 @@ pub async fn channel(url: &str, security: &Security) -> Result<Channel, ClientEr
     Ok(channel)
 }
 
+/// What each call to a coordinator carries: the token, when there is one
+/// ([`Bearer`]), and, when spans are exported, the trace context of the
+/// span it is made in (`traceparent` and `tracestate` metadata), so the
+/// coordinator's spans join the caller's trace.
+#[derive(Clone, Debug, Default)]
+pub struct Outgoing {
+    bearer: Bearer,
+}
+
+impl Outgoing {
+    pub fn new(token: Option<&Secret>) -> Outgoing {
+        Outgoing {
+            bearer: Bearer::new(token),
+        }
+    }
+}
+
+impl tonic::service::Interceptor for Outgoing {
+    fn call(&mut self, request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        let mut request = self.bearer.call(request)?;
+        colball_telemetry::context::inject(&tracing::Span::current(), |key, value| {
+            if let Ok(value) = value.parse() {
+                request.metadata_mut().insert(key, value);
+            }
+        });
+        Ok(request)
+    }
+}
+
 /// A connection to a coordinator. Cheap to clone (one HTTP/2 connection).
 #[derive(Clone, Debug)]
 pub struct Client {
-    inner: SolverClient<InterceptedService<Channel, Bearer>>,
+    inner: SolverClient<InterceptedService<Channel, Outgoing>>,
     /// The priority class of its requests (`None`: each RPC's default).
     priority: Option<v1::Priority>,
 }
@@ -299,7 +328,7 @@ impl Client {
     /// needs `security.tls`).
     pub async fn connect_with(url: &str, security: &Security) -> Result<Client, ClientError> {
         let channel = channel(url, security).await?;
-        let inner = SolverClient::with_interceptor(channel, Bearer::new(security.token.as_ref()))
+        let inner = SolverClient::with_interceptor(channel, Outgoing::new(security.token.as_ref()))
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Ok(Client {

@@ -1,5 +1,6 @@
 //! What the state asks its driver to do, and why a request ended early.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use colball_proto::egress;
@@ -44,10 +45,12 @@ fn tenths(d: Duration) -> String {
 /// Something for the driver to do.
 #[derive(Debug)]
 pub enum Effect {
-    /// Send these tasks to the worker.
+    /// Send these tasks to the worker, with the trace contexts they name
+    /// (a task's `trace` counts from 1 in `traces`).
     Assign {
         worker: u64,
         tasks: Vec<v1::Task>,
+        traces: Vec<Arc<str>>,
     },
     /// Tell the worker these tasks are no longer wanted.
     Cancel {

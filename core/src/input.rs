@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use colball_proto::{egress, v1};
 use colball_solver::Puzzle;
@@ -108,4 +109,10 @@ pub struct RequestSpec {
     /// the request holds this many places under `max_pending` until its
     /// client has read them.
     pub total: usize,
+    /// The W3C `traceparent` of the span its work belongs under, when the
+    /// driver exports spans: passed on with its tasks ([`Effect::Assign`]);
+    /// opaque to the state.
+    ///
+    /// [`Effect::Assign`]: crate::Effect::Assign
+    pub trace: Option<Arc<str>>,
 }

@@ -50,6 +50,7 @@ pub fn task_to_wire(task_id: u64, puzzle: &Puzzle, target_share: u64) -> v1::Tas
         start: puzzle.start().packed(),
         target: puzzle.target().packed(),
         target_share,
+        trace: 0,
     }
 }
 
@@ -206,7 +207,7 @@ mod tests {
         /// A word with a cell of 3, or bits beyond the board, is refused.
         #[test]
         fn words_that_are_not_boards_are_refused(size in sizes(), word in any::<u32>()) {
-            let task = v1::Task { task_id: 9, rows: size.rows() as u32, cols: size.cols() as u32, start: word, target: 0, target_share: 0 };
+            let task = v1::Task { task_id: 9, rows: size.rows() as u32, cols: size.cols() as u32, start: word, target: 0, target_share: 0, trace: 0 };
             prop_assert_eq!(task_puzzle(&task).is_ok(), Board::from_packed(size, word).is_some());
         }
     }
@@ -239,6 +240,7 @@ mod tests {
                 start: 0,
                 target: 0,
                 target_share: 0,
+                trace: 0,
             };
             let e = task_puzzle(&task).unwrap_err();
             assert!(matches!(e, BadTask::Size { .. }), "{e}");

@@ -120,6 +120,7 @@ async fn feed(
                 .collect();
             tx.send(Ok(message(coordinator_message::Kind::Assign(v1::Assign {
                 tasks,
+                traceparents: Vec::new(),
             }))))
             .unwrap();
             sent = end;

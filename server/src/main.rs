@@ -365,7 +365,7 @@ fn main() -> ExitCode {
         Command::Coordinator(_) => "colball-coordinator",
         Command::Worker(_) => "colball-worker",
     };
-    let export = match telemetry::init(format, service, &runtime) {
+    let export = match telemetry::init(service, Some(format)) {
         Ok(export) => export,
         Err(e) => {
             eprintln!("colball-server: {e}");
@@ -373,17 +373,13 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        let result = match cli.command {
+        match cli.command {
             Command::Coordinator(args) => run_coordinator(*args).await,
             Command::Worker(args) => run_worker(args).await,
-        };
-        // The last spans go out while the runtime still carries the
-        // exporter's calls.
-        if export.on() {
-            let _ = tokio::task::spawn_blocking(move || export.finish()).await;
         }
-        result
     });
+    // The last spans go out (this waits for them).
+    export.finish();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

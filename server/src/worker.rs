@@ -24,7 +24,7 @@ use colball_solver::cache::CacheConfig;
 use colball_solver::{Engine, EngineConfig, Method, Puzzle, Solution, Solver, Strategy};
 // Task ids are the coordinator's numbers: foldhash, as the coordinator's
 // books, rather than SipHash.
-use foldhash::{HashSet, HashSetExt};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use thiserror::Error;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -32,6 +32,8 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::{ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
 use tracing::Instrument;
+
+use crate::telemetry;
 
 /// Worker settings. `WorkerConfig::new(url)` gives defaults that suit one machine.
 #[derive(Clone, Debug)]
@@ -498,6 +500,9 @@ async fn session(
     tracing::info!(coordinator = %url, slots = threads, "registered");
 
     let mut held: HashSet<u64> = HashSet::new();
+    // When spans are exported: the span of the batch each held task came
+    // in (see `batch_spans`).
+    let mut traced: HashMap<u64, tracing::Span> = HashMap::new();
     // Until the coordinator says how many tasks it will send at most.
     let mut max_held = MAX_HELD;
     let mut draining: Option<tokio::time::Instant> = None;
@@ -545,23 +550,22 @@ async fn session(
                     }
                     Some(coordinator_message::Kind::Assign(assign)) => {
                         // Tasks that cannot be queued go back at once, in
-                        // one message. (A span a batch of tasks, not a
-                        // task.)
-                        let span = tracing::info_span!("tasks", count = assign.tasks.len());
+                        // one message.
+                        let spans = batch_spans(&assign);
                         let mut back = Vec::new();
-                        span.in_scope(|| {
-                            for task in assign.tasks {
-                                if held.len() >= max_held {
-                                    back.push(given_back(task.task_id, "over the session's max_tasks"));
-                                    continue;
-                                }
-                                held.insert(task.task_id);
-                                if let Some(result) = submit(pool, session_id, &task) {
-                                    held.remove(&result.task_id);
-                                    back.push(result);
-                                }
+                        for task in assign.tasks {
+                            if held.len() >= max_held {
+                                back.push(given_back(task.task_id, "over the session's max_tasks"));
+                                continue;
                             }
-                        });
+                            held.insert(task.task_id);
+                            if let Some(result) = submit(pool, session_id, &task) {
+                                held.remove(&result.task_id);
+                                back.push(result);
+                            } else if let Some(span) = spans.get(task.trace as usize).or(spans.first()) {
+                                traced.insert(task.task_id, span.clone());
+                            }
+                        }
                         if !back.is_empty() && out.send(results_message(back)).await.is_err() {
                             return ended(draining, "session closed");
                         }
@@ -592,6 +596,12 @@ async fn session(
                     .collect();
                 if results.is_empty() {
                     continue;
+                }
+                // A batch's span ends with its last task reported.
+                if !traced.is_empty() {
+                    for r in &results {
+                        traced.remove(&r.task_id);
+                    }
                 }
                 {
                     let mut cancelled = pool.cancelled();
@@ -634,6 +644,39 @@ fn ended(draining: Option<tokio::time::Instant>, reason: &str) -> SessionEnd {
     } else {
         SessionEnd::Retry(reason.to_string())
     }
+}
+
+/// When spans are exported, a span `tasks` for each batch of an
+/// assignment's tasks that belong to one trace context (`[0]`: those
+/// without one), in that context's trace: a task of batch `i` names
+/// `spans[i]`, and a span ends once its last task is reported. A
+/// `traceparent` that is not valid starts a trace of its own. Nothing when
+/// spans are not exported.
+fn batch_spans(assign: &v1::Assign) -> Vec<tracing::Span> {
+    if !colball_telemetry::exporting() {
+        return Vec::new();
+    }
+    // (At most a context per task is looked at.)
+    let contexts = assign.traceparents.len().min(assign.tasks.len());
+    let mut counts = vec![0usize; contexts + 1];
+    for task in &assign.tasks {
+        let at = task.trace as usize;
+        counts[if at <= contexts { at } else { 0 }] += 1;
+    }
+    counts
+        .iter()
+        .enumerate()
+        .map(|(at, &count)| {
+            if count == 0 {
+                return tracing::Span::none();
+            }
+            let span = tracing::info_span!(parent: None, "tasks", count);
+            if at > 0 {
+                telemetry::context::adopt_traceparent(&span, &assign.traceparents[at - 1]);
+            }
+            span
+        })
+        .collect()
 }
 
 /// Results in one message.

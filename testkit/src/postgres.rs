@@ -132,12 +132,34 @@ impl TempPostgres {
             password: password.map(String::from),
             port: free_port(),
         };
-        pg.run();
+        // The port was free when picked, but another process may take it
+        // before the server binds it: then it starts on another.
+        let mut outcome = pg.try_run();
+        for _ in 0..4 {
+            match &outcome {
+                Err(log) if log.contains("could not bind") => {
+                    pg.port = free_port();
+                    outcome = pg.try_run();
+                }
+                _ => break,
+            }
+        }
+        if let Err(log) = outcome {
+            panic!("postgres exited before it was ready:\n{log}");
+        }
         pg
     }
 
     /// Starts the server on its port and waits until it takes connections.
     fn run(&mut self) {
+        if let Err(log) = self.try_run() {
+            panic!("postgres exited before it was ready:\n{log}");
+        }
+    }
+
+    /// [`Self::run`], or the server's last lines when it exited before it
+    /// was ready.
+    fn try_run(&mut self) -> Result<(), String> {
         let mut child = as_owner(Command::new(self.bin.join("postgres")), self.owner)
             .arg("-D")
             .arg(self.dir.join("data"))
@@ -170,8 +192,7 @@ impl TempPostgres {
             let _ = ready.send(Err(Vec::from(last).join("\n")));
         });
         match said.recv_timeout(WAIT) {
-            Ok(Ok(())) => {}
-            Ok(Err(log)) => panic!("postgres exited before it was ready:\n{log}"),
+            Ok(outcome) => outcome,
             Err(_) => panic!("postgres did not start within {WAIT:?}"),
         }
     }

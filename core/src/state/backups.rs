@@ -10,6 +10,7 @@ use colball_proto::v1::{self, cluster_event::Kind as EventKind, task_result};
 use colball_proto::work::task_to_wire;
 
 use super::answers::check_solved;
+use super::dispatch::Assignment;
 use super::{Held, Holds, State, TaskState};
 use crate::effect::{Effect, Effects};
 use crate::errors::{LossReason, RejectReason, Rejected};
@@ -161,10 +162,9 @@ impl State {
             self.budget.spent(now);
             self.counters.backups_started += 1;
             tracing::debug!(task = id, from = primary, to, "backup started");
-            effects.push(Effect::Assign {
-                worker: to,
-                tasks: vec![wire],
-            });
+            let mut assignment = Assignment::default();
+            assignment.push(wire, self.trace_of(id, Holds::Backup));
+            effects.push(assignment.to(to));
         }
     }
 

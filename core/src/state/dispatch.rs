@@ -2,6 +2,7 @@
 //! in chunks, in the fair queue's order.
 
 use std::num::NonZeroU64;
+use std::sync::Arc;
 use std::time::Instant;
 
 use colball_proto::v1;
@@ -35,7 +36,7 @@ impl State {
             // it may end over it by less than one task's weight).
             let mut load = w.load;
             let credit = w.credit;
-            let mut chunk = Vec::new();
+            let mut chunk = Assignment::default();
             let mut holds = Vec::new();
             while load < credit {
                 let Some((id, task, kind)) = self.next_for(wid) else {
@@ -43,13 +44,11 @@ impl State {
                 };
                 let weight = weight_of(&task);
                 load += weight;
-                chunk.push(task);
+                let trace = self.trace_of(id, kind);
+                chunk.push(task, trace);
                 holds.push((id, kind, weight));
-                if chunk.len() == self.limits.max_chunk {
-                    effects.push(Effect::Assign {
-                        worker: wid,
-                        tasks: std::mem::take(&mut chunk),
-                    });
+                if chunk.tasks.len() == self.limits.max_chunk {
+                    effects.push(std::mem::take(&mut chunk).to(wid));
                 }
             }
             if let Some(w) = self.workers.get_mut(&wid) {
@@ -64,11 +63,8 @@ impl State {
                     );
                 }
             }
-            if !chunk.is_empty() {
-                effects.push(Effect::Assign {
-                    worker: wid,
-                    tasks: chunk,
-                });
+            if !chunk.tasks.is_empty() {
+                effects.push(chunk.to(wid));
             }
         }
         self.speculate(now, effects);
@@ -100,6 +96,52 @@ impl State {
             task_to_wire(id, &task.puzzle, u64::from(task.target_share)),
             Holds::Task,
         ))
+    }
+}
+
+impl State {
+    /// The trace context task `id`'s work belongs under: its request's
+    /// (an audit has none). Only looked up when some request has one.
+    pub(super) fn trace_of(&self, id: u64, holds: Holds) -> Option<&Arc<str>> {
+        if self.traces.is_empty() || holds == Holds::Audit {
+            return None;
+        }
+        let request = self.tasks.get(id)?.request;
+        self.traces.get(&request)
+    }
+}
+
+/// Tasks for one worker, being gathered, and the trace contexts they name.
+#[derive(Debug, Default)]
+pub(super) struct Assignment {
+    tasks: Vec<v1::Task>,
+    traces: Vec<Arc<str>>,
+}
+
+impl Assignment {
+    /// Adds `task`, naming `trace` (each context listed once; consecutive
+    /// tasks mostly share one, so the search starts from the last).
+    pub(super) fn push(&mut self, mut task: v1::Task, trace: Option<&Arc<str>>) {
+        if let Some(trace) = trace {
+            let at = match self.traces.iter().rposition(|t| Arc::ptr_eq(t, trace)) {
+                Some(at) => at,
+                None => {
+                    self.traces.push(trace.clone());
+                    self.traces.len() - 1
+                }
+            };
+            task.trace = u32::try_from(at + 1).unwrap_or(0);
+        }
+        self.tasks.push(task);
+    }
+
+    /// The effect that sends it to worker `worker`.
+    pub(super) fn to(self, worker: u64) -> Effect {
+        Effect::Assign {
+            worker,
+            tasks: self.tasks,
+            traces: self.traces,
+        }
     }
 }
 

@@ -51,6 +51,12 @@ impl State {
             );
             assert!(u32::from(task.attempts) <= self.limits.max_attempts);
         }
+        for request in self.traces.keys() {
+            assert!(
+                self.requests.contains_key(request),
+                "the trace of ended request {request} kept"
+            );
+        }
         for (wid, w) in &self.workers {
             let max_weight = Size::ALL.into_iter().map(weight).max().unwrap_or(1);
             assert!(

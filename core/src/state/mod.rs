@@ -60,6 +60,7 @@ mod workers;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::num::NonZeroU64;
+use std::sync::Arc;
 use std::time::Instant;
 
 use colball_proto::v1;
@@ -260,6 +261,9 @@ pub struct State {
     /// The pending tasks, one per puzzle, and the task of each puzzle.
     tasks: TaskTable<Task>,
     requests: HashMap<u64, Request>,
+    /// The trace context of each request that has one (few, or none when
+    /// the driver exports no spans): looked up only when not empty.
+    traces: HashMap<u64, Arc<str>>,
     workers: BTreeMap<u64, Worker>,
     audits: HashMap<u64, Audit>,
     audit_queue: std::collections::VecDeque<u64>,
@@ -337,6 +341,7 @@ impl State {
             queue: FairQueue::new(),
             tasks: TaskTable::new(),
             requests: HashMap::new(),
+            traces: HashMap::new(),
             workers: BTreeMap::new(),
             audits: HashMap::new(),
             audit_queue: std::collections::VecDeque::new(),

@@ -101,6 +101,9 @@ impl State {
             self.queue.push(id, task_id);
         }
         self.requests.insert(id, request);
+        if let Some(trace) = spec.trace {
+            self.traces.insert(id, trace);
+        }
         let mut effects = Vec::new();
         for result in late {
             self.deliver(id, result, &mut effects);
@@ -159,6 +162,7 @@ impl State {
         let Some(r) = self.requests.remove(&request) else {
             return effects;
         };
+        self.traces.remove(&request);
         let (queued, running) = self.close_tasks(request, r.solving());
         let queued_set: HashSet<u64> = queued.iter().copied().collect();
         let mut cancels: BTreeMap<u64, Vec<u64>> = BTreeMap::new();

@@ -35,6 +35,7 @@ fn spec(client: &str, priority: Priority, total: usize) -> RequestSpec {
         client: client.into(),
         priority,
         total,
+        trace: None,
     }
 }
 
@@ -72,7 +73,7 @@ fn assigned(effects: &Effects) -> Vec<(u64, v1::Task)> {
     effects
         .iter()
         .filter_map(|e| match e {
-            Effect::Assign { worker, tasks } => Some(tasks.iter().map(|t| (*worker, *t))),
+            Effect::Assign { worker, tasks, .. } => Some(tasks.iter().map(|t| (*worker, *t))),
             _ => None,
         })
         .flatten()
@@ -186,6 +187,48 @@ fn an_index_past_32_bits_is_refused_whole_and_its_neighbours_kept() {
     let e = s.result(1, answer(&assigned(&e)[0].1), now);
     assert_eq!(delivered(&e)[0].1.index, u64::from(u32::MAX));
     s.check_invariants();
+}
+
+#[test]
+fn a_request_s_trace_goes_with_its_tasks_and_no_further() {
+    let now = Instant::now();
+    let mut s = with_worker(8, now);
+    let traced: Arc<str> = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into();
+    let mut first = spec("a", Priority::Normal, 2);
+    first.trace = Some(traced.clone());
+    let two = puzzles(4, Size::new(3, 3).unwrap(), 9);
+    let effects = s.admit(1, first, two[..2].to_vec(), now).unwrap();
+    let effects2 = s
+        .admit(2, spec("b", Priority::Normal, 2), two[2..].to_vec(), now)
+        .unwrap();
+    let mut seen = Vec::new();
+    for e in effects.iter().chain(&effects2) {
+        if let Effect::Assign { tasks, traces, .. } = e {
+            for t in tasks {
+                seen.push((t.trace, traces.clone()));
+            }
+        }
+    }
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    // The traced request's two tasks name its context; the other's none.
+    assert_eq!(
+        seen.iter()
+            .filter(|(at, traces)| *at == 1
+                && traces.len() == 1
+                && Arc::ptr_eq(&traces[0], &traced))
+            .count(),
+        2,
+        "{seen:?}"
+    );
+    assert_eq!(
+        seen.iter().filter(|(at, _)| *at == 0).count(),
+        2,
+        "{seen:?}"
+    );
+    // Once it ends, its context is gone from the books.
+    s.end_request(1, now);
+    s.check_invariants();
+    assert!(s.traces.is_empty());
 }
 
 #[test]
@@ -804,8 +847,38 @@ mod operations {
         fn apply(&mut self, effects: Effects) {
             for e in effects {
                 match e {
-                    Effect::Assign { worker, tasks } => {
+                    Effect::Assign {
+                        worker,
+                        tasks,
+                        traces,
+                    } => {
                         assert!(self.workers.contains(&worker), "assigned to a gone worker");
+                        // Each context listed once, each named by a task,
+                        // each of a request still running.
+                        let named: HashSet<u32> = tasks.iter().map(|t| t.trace).collect();
+                        for (at, trace) in traces.iter().enumerate() {
+                            assert!(named.contains(&(at as u32 + 1)), "{trace} listed unnamed");
+                            assert_eq!(
+                                traces.iter().filter(|t| *t == trace).count(),
+                                1,
+                                "{trace} listed twice"
+                            );
+                            let request: u64 = trace
+                                .strip_prefix("trace-")
+                                .and_then(|r| r.parse().ok())
+                                .expect("a trace the test gave");
+                            assert!(
+                                !self.ended.contains(&request),
+                                "the trace of ended request {request} passed on"
+                            );
+                        }
+                        for t in &tasks {
+                            assert!(
+                                t.trace as usize <= traces.len(),
+                                "trace {} unlisted",
+                                t.trace
+                            );
+                        }
                         self.sent
                             .entry(worker)
                             .or_default()
@@ -953,6 +1026,8 @@ mod operations {
                         client: format!("c{client}"),
                         priority: Priority::ALL[priority as usize],
                         total,
+                        // Every other request is traced.
+                        trace: (id % 2 == 0).then(|| format!("trace-{id}").into()),
                     };
                     for t in &tasks {
                         w.puzzle_at.insert((id, t.index), t.puzzle);

@@ -317,6 +317,7 @@ impl State {
             });
         }
         self.requests.clear();
+        self.traces.clear();
         self.tasks.clear();
         self.queue = FairQueue::new();
         self.audits.clear();

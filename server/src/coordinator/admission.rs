@@ -38,6 +38,7 @@ use super::Scheduler;
 use super::events::RequestEvents;
 use crate::access::per_client::Slot;
 use crate::error::ServerError;
+use crate::telemetry;
 
 /// One puzzle of a request as read: its place in the request (a job's
 /// window keeps its job's numbering), its id, and the puzzle or why it is
@@ -103,6 +104,9 @@ pub(crate) struct Terms {
     /// The client's place among its requests in flight (a client's
     /// request), held until the request ends.
     pub(crate) slot: Option<Slot>,
+    /// The span the request's work belongs under: its `traceparent` goes to
+    /// the workers with its tasks (when spans are exported).
+    pub(crate) span: tracing::Span,
 }
 
 /// What [`Admitted::next`] gives.
@@ -147,6 +151,7 @@ impl Scheduler {
             client: caller.client.clone(),
             priority: caller.priority,
             total,
+            trace: telemetry::context::traceparent(&terms.span).map(Arc::from),
         };
         let mut stream = self.admit_request(spec, tasks)?;
         // (The results known before admission count as read.)

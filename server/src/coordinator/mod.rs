@@ -200,9 +200,16 @@ impl Scheduler {
     fn apply(&self, effects: Effects) {
         for effect in effects {
             match effect {
-                Effect::Assign { worker, tasks } => self.send(
+                Effect::Assign {
                     worker,
-                    coordinator_message::Kind::Assign(v1::Assign { tasks }),
+                    tasks,
+                    traces,
+                } => self.send(
+                    worker,
+                    coordinator_message::Kind::Assign(v1::Assign {
+                        tasks,
+                        traceparents: traces.iter().map(|t| t.to_string()).collect(),
+                    }),
                 ),
                 Effect::Cancel { worker, tasks } => self.send(
                     worker,

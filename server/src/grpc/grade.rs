@@ -75,16 +75,18 @@ pub(super) async fn grade(
             answer,
         })
         .collect();
+    let span = tracing::info_span!("request", id = tracing::field::Empty, rpc = "grade");
     let terms = Terms {
         rpc: Some("grade"),
         ordered: false,
         deadline,
         slot: Some(access.slot(&caller.client)?),
+        span: span.clone(),
     };
     let admitted = scheduler.admit(batch, &caller, terms).await?;
+    span.record("id", admitted.id());
     tracing::debug!(cases = admitted.total(), "grading admitted");
     let (tx, rx) = mpsc::channel(256);
-    let span = tracing::info_span!("request", id = admitted.id(), rpc = "grade");
     scheduler
         .lifecycle()
         .spawn(span, judge(admitted, infos, tx));

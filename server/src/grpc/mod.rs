@@ -33,6 +33,7 @@ use crate::auth::{self, Identity, Role};
 use crate::coordinator::{Config, Scheduler, housekeeping};
 use crate::error::ServerError;
 use crate::lifecycle::Lifecycle;
+use crate::telemetry;
 use colball_core::RegisterError;
 use solver::SolverService;
 use workers::WorkersService;
@@ -121,6 +122,7 @@ pub async fn serve(
     ));
     let (reflection_v1, reflection_v1alpha) = reflection();
     let server = builder
+        .trace_fn(call_span)
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
         .add_service(InterceptedService::new(solver, client_auth.clone()))
@@ -306,6 +308,26 @@ fn grpc_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
         _ => return None,
     })
 }
+/// A span for each client's call (`rpc` named after its method), in the
+/// trace its `traceparent` metadata names, if any. Health probes and
+/// workers' sessions (which have their own span) get none.
+fn call_span(request: &tonic::codegen::http::Request<()>) -> tracing::Span {
+    let method = request.uri().path();
+    if method.starts_with("/grpc.health.") || method.starts_with("/colball.v1.Workers/") {
+        return tracing::Span::none();
+    }
+    let span = tracing::info_span!(
+        "rpc",
+        otel.name = method.trim_start_matches('/'),
+        otel.kind = "server",
+        rpc.system = "grpc",
+    );
+    telemetry::context::adopt(&span, |key| {
+        request.headers().get(key).and_then(|v| v.to_str().ok())
+    });
+    span
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -45,13 +45,16 @@ impl Solver for SolverService {
         if let Some(Parsed { puzzle: Err(e), .. }) = batch.first() {
             return Err(ServerError::from(colball_proto::InvalidPuzzle::clone(e)).into());
         }
+        let span = tracing::info_span!("request", id = tracing::field::Empty, rpc = "solve");
         let terms = Terms {
             rpc: Some("solve"),
             ordered: false,
             deadline: None,
             slot: Some(self.access.slot(&caller.client)?),
+            span: span.clone(),
         };
         let mut admitted = self.scheduler.admit(batch, &caller, terms).await?;
+        span.record("id", admitted.id());
         match admitted.next().await {
             Next::Results(mut results) => match results.pop() {
                 Some(result) => Ok(Response::new(result)),
@@ -85,19 +88,21 @@ impl Solver for SolverService {
             priority: priority(request.priority, Priority::Normal)?,
         };
         let batch = admission::read(&self.scheduler, request.puzzles, request.beyond)?;
+        let span = tracing::info_span!("request", id = tracing::field::Empty, rpc = "solve_batch");
         let terms = Terms {
             rpc: Some("solve_batch"),
             ordered: request.ordered,
             deadline,
             slot: Some(self.access.slot(&caller.client)?),
+            span: span.clone(),
         };
         let admitted = self.scheduler.admit(batch, &caller, terms).await?;
+        span.record("id", admitted.id());
         tracing::debug!(puzzles = admitted.total(), "batch admitted");
         // Results travel in groups (what arrived together); the response
         // stream hands them to tonic one by one, which writes what is
         // ready together.
         let (tx, rx) = mpsc::channel(16);
-        let span = tracing::info_span!("request", id = admitted.id(), rpc = "solve_batch");
         self.scheduler
             .lifecycle()
             .spawn(span, forward(admitted, tx));

@@ -42,6 +42,7 @@ use colball_proto::egress;
 use colball_solver::format::{Read, Reader};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
+use tracing::Instrument as _;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -85,8 +86,34 @@ pub fn router(app: App) -> Router {
             get(move || async move { ([(header::CONTENT_TYPE, "application/json")], document) }),
         )
         .route("/api/v1/{*rest}", any(no_such_route))
+        .route_layer(middleware::from_fn(traced))
         .layer(middleware::map_response(json_errors))
         .with_state(app)
+}
+
+/// Each call in a span (`request`, named after its method and route), in
+/// the trace its `traceparent` header names, if any: a job submitted here
+/// runs in its submit's trace. (A download's span ends when its body
+/// starts.)
+async fn traced(request: axum::extract::Request, next: middleware::Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or("", |p| p.as_str());
+    let span = tracing::info_span!(
+        "request",
+        otel.name = %format_args!("{} {route}", request.method()),
+        otel.kind = "server",
+        http.request.method = %request.method(),
+        http.route = route,
+        http.response.status_code = tracing::field::Empty,
+    );
+    crate::telemetry::context::adopt(&span, |key| {
+        request.headers().get(key).and_then(|v| v.to_str().ok())
+    });
+    let response = next.run(request).instrument(span.clone()).await;
+    span.record("http.response.status_code", response.status().as_u16());
+    response
 }
 
 pub(super) fn error(code: StatusCode, message: impl Into<String>) -> Response {

@@ -133,6 +133,7 @@ mod tests {
             any_order: false,
             bytes: 0,
             webhook: None,
+            trace: None,
         }
     }
 

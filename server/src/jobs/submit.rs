@@ -103,6 +103,8 @@ impl Jobs {
             ))
             .into());
         }
+        // The job's runs join the trace of the call that submits it.
+        let trace = crate::telemetry::context::traceparent(&tracing::Span::current());
         let quotas = &self.quotas;
         quotas
             .submission(client, Instant::now())
@@ -127,6 +129,7 @@ impl Jobs {
                 any_order: spec.any_order,
                 created_ms: events::unix_ms(),
                 webhook,
+                trace: trace.clone(),
             })
             .await?;
         let mut unsealed = Unsealed {
@@ -198,7 +201,7 @@ impl Jobs {
                         n - valid,
                         upload,
                         unsealed.key.take(),
-                        None,
+                        (None, trace.as_deref()),
                     );
                 } else {
                     if let Some(run) = self.runs.get(&seq) {

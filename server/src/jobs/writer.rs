@@ -59,6 +59,9 @@ impl Jobs {
             for w in &batch {
                 *counts.entry(w.job).or_default() += 1;
             }
+            // A span per job in the group, in its job's trace, while the
+            // group is written.
+            let _spans = self.write_spans(&counts);
             match self.put_patiently(batch).await {
                 (batch, Ok(new)) => {
                     self.live(batch, &new);
@@ -93,6 +96,22 @@ impl Jobs {
                 }
             }
         }
+    }
+
+    /// A span `write` for each job of a group (its results in it), a child
+    /// of the job's span; none when spans are not exported, or for a job
+    /// that does not run here (a window claimed from another's job).
+    fn write_spans(&self, counts: &BTreeMap<i64, u64>) -> Vec<tracing::Span> {
+        if !colball_telemetry::exporting() {
+            return Vec::new();
+        }
+        counts
+            .iter()
+            .filter_map(|(job, results)| {
+                let run = self.runs.get(job)?;
+                Some(tracing::info_span!(parent: &run.span, "write", results))
+            })
+            .collect()
     }
 
     /// Stores a group, trying again while the store is unavailable for

@@ -31,10 +31,16 @@ fn colball_bin() -> PathBuf {
 
 /// Runs `colball ARGS` with `stdin`; its output.
 pub(crate) fn colball(args: &[&str], stdin: &[u8]) -> Output {
+    colball_env(args, stdin, &[])
+}
+
+/// [`colball`] with `env` set.
+pub(crate) fn colball_env(args: &[&str], stdin: &[u8], env: &[(&str, &str)]) -> Output {
     let mut child = Command::new(colball_bin())
         .args(args)
         .env_remove("COLBALL_CONNECT")
         .env_remove("COLBALL_TOKEN")
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -592,7 +592,7 @@ pub(crate) async fn http_json(
 
 /// One HTTP/1.0 exchange with the header lines `head` (each ending in
 /// CRLF): the status code, the head and the body.
-async fn exchange(
+pub(crate) async fn exchange(
     addr: std::net::SocketAddr,
     method: &str,
     path: &str,

@@ -1,17 +1,19 @@
 //! Spans exported over OTLP to a real receiver in the test (decoding the
-//! real protobuf messages): the coordinator over gRPC, the worker over
-//! HTTP with protobuf bodies, each under its service's name, with a job's
-//! id on its span; and a batch of tasks a span, not a puzzle.
+//! real protobuf messages), and one trace across the cluster: a job
+//! submitted over HTTP with a `traceparent` joins the submit, the job, its
+//! windows, the tasks on the worker and the results written, each process
+//! under its service's name (the coordinator over gRPC, the worker over
+//! HTTP); `colball` passes its command's trace on to the coordinator and
+//! the coordinator to the worker; a batch of tasks is a span, a puzzle is
+//! not.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use colball_client::jobs::Jobs;
-use colball_client::remote::Security;
 use colball_proto::prost::Message;
-use colball_testkit::procs;
+use colball_testkit::procs::{self, wait_metric};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
 };
@@ -20,16 +22,27 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 
+use crate::cli_jobs::{self, colball_env, puzzles_and_answers};
 use crate::common::mixed;
+use crate::jobs::exchange;
+use crate::json_submit::record;
 
 const BIN: &str = env!("CARGO_BIN_EXE_colball-server");
 
-/// A span as received: its service, its name and its attributes.
+/// A span as received: its service, its name, its ids in hex (the
+/// parent's empty for a root) and its attributes.
 #[derive(Clone, Debug)]
 struct Received {
     service: String,
     name: String,
+    trace: String,
+    id: String,
+    parent: String,
     attributes: HashMap<String, String>,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// What the receiver has been sent, by either protocol.
@@ -66,6 +79,9 @@ impl Receiver {
                     spans.push(Received {
                         service: service.clone(),
                         name: span.name.clone(),
+                        trace: hex(&span.trace_id),
+                        id: hex(&span.span_id),
+                        parent: hex(&span.parent_span_id),
                         attributes: attributes(&span.attributes),
                     });
                 }
@@ -75,18 +91,29 @@ impl Receiver {
 
     /// Waits (a minute at most) until a span `pick` takes has arrived.
     async fn wait_for(&self, what: &str, pick: impl Fn(&Received) -> bool) -> Received {
+        self.wait_until(what, |spans| spans.iter().find(|s| pick(s)).cloned())
+            .await
+    }
+
+    /// Waits (a minute at most) until `see` finds what it looks for in
+    /// the spans received so far.
+    async fn wait_until<T>(&self, what: &str, see: impl Fn(&[Received]) -> Option<T>) -> T {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Some(span) = self.0.lock().unwrap().iter().find(|s| pick(s)) {
-                return span.clone();
+            if let Some(found) = see(&self.0.lock().unwrap()) {
+                return found;
             }
             assert!(
                 Instant::now() < deadline,
-                "no {what} in a minute; received: {:?}",
+                "no {what} in a minute; received: {:#?}",
                 self.0.lock().unwrap()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    fn count(&self) -> usize {
+        self.0.lock().unwrap().len()
     }
 }
 
@@ -143,56 +170,202 @@ async fn serve(receiver: Receiver) -> (std::net::SocketAddr, std::net::SocketAdd
     (grpc_addr, http_addr)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn spans_reach_an_otlp_receiver_under_each_service_s_name() {
+/// The environment that sends a process's spans to `endpoint` over
+/// `protocol`, promptly.
+fn otlp<'a>(endpoint: &'a str, protocol: &'a str) -> [(&'a str, &'a str); 3] {
+    [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+    ]
+}
+
+/// A receiver, a coordinator exporting to it over `protocol` and a worker
+/// exporting over HTTP, once the worker has joined; and the receiver's
+/// HTTP endpoint.
+async fn traced_cluster(protocol: &str) -> (Receiver, procs::Coordinator, procs::Proc, String) {
     let receiver = Receiver::default();
     let (grpc, http) = serve(receiver.clone()).await;
-    let grpc_endpoint = format!("http://{grpc}");
+    let (grpc, http) = (format!("http://{grpc}"), format!("http://{http}"));
+    let endpoint = if protocol == "grpc" { &grpc } else { &http };
     let c = procs::coordinator_env(
         Path::new(BIN),
         "127.0.0.1:0",
         200,
         &[],
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &grpc_endpoint),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
-            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
-        ],
+        &otlp(endpoint, protocol),
     );
-    let http_endpoint = format!("http://{http}");
-    let _w = procs::worker_env(
+    let w = procs::worker_env(
         Path::new(BIN),
         &c.url,
         "traced",
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &http_endpoint),
-            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
-            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
-        ],
+        &otlp(&http, "http/protobuf"),
     );
+    wait_metric(&c.http, "workers", |n| n == 1).await;
+    (receiver, c, w, http)
+}
+
+/// The trace and the span a client of the HTTP API says it calls from.
+const TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+const CALLER: &str = "b7ad6b7169203331";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_s_trace_joins_its_submit_windows_tasks_on_the_worker_and_writes() {
+    let (receiver, c, _w, _) = traced_cluster("grpc").await;
     let (puzzles, _) = mixed(81, 300, 0);
-    let mut jobs = Jobs::connect(&c.url, &Security::default()).await.unwrap();
-    let id = jobs.submit(&puzzles, None, "traced").await.unwrap().id;
+    let records: Vec<_> = puzzles.iter().map(|(id, p)| record(id, p)).collect();
+    let body = serde_json::json!({"puzzles": records, "name": "traced"}).to_string();
+    let head = format!(
+        "traceparent: 00-{TRACE}-{CALLER}-01\r\ntracestate: caller=1\r\ncontent-type: application/json\r\n"
+    );
+    let (code, _, created) = exchange(
+        c.http.parse().unwrap(),
+        "POST",
+        "/api/v1/jobs",
+        &head,
+        body.as_bytes(),
+    )
+    .await;
+    assert_eq!(code, 201, "{created}");
+    let created: serde_json::Value = serde_json::from_str(&created).unwrap();
+    let id = created["id"].as_str().unwrap().to_string();
+
+    // The submit's span is the caller's child; the job's, the submit's.
+    let submit = receiver
+        .wait_for("the submit's span", |s| {
+            s.service == "colball-coordinator" && s.name == "POST /api/v1/jobs"
+        })
+        .await;
+    assert_eq!(
+        (submit.trace.as_str(), submit.parent.as_str()),
+        (TRACE, CALLER),
+        "{submit:?}"
+    );
+    assert_eq!(
+        submit.attributes["http.response.status_code"], "201",
+        "{submit:?}"
+    );
     let job = receiver
-        .wait_for("the job's span from colball-coordinator", |s| {
-            s.service == "colball-coordinator"
-                && s.name == "job"
-                && s.attributes.get("job") == Some(&id)
+        .wait_for("the job's span", |s| {
+            s.service == "colball-coordinator" && s.name == "job"
         })
         .await;
-    assert_eq!(job.name, "job");
+    assert_eq!(job.attributes.get("job"), Some(&id), "{job:?}");
+    assert_eq!(
+        (job.trace.as_str(), job.parent.as_str()),
+        (TRACE, submit.id.as_str()),
+        "{job:?}"
+    );
+    // Its window, under the job; the worker's tasks under the window; the
+    // results written under the job.
+    let window = receiver
+        .wait_for("a window's span", |s| {
+            s.name == "window" && s.parent == job.id
+        })
+        .await;
+    assert_eq!(window.trace, TRACE, "{window:?}");
+    assert_eq!(window.attributes["puzzles"], "300", "{window:?}");
     let tasks = receiver
-        .wait_for("a batch of tasks' span from colball-worker", |s| {
-            s.service == "colball-worker" && s.name == "tasks"
+        .wait_for("the worker's tasks in the window", |s| {
+            s.service == "colball-worker" && s.name == "tasks" && s.parent == window.id
         })
         .await;
-    let count: usize = tasks.attributes["count"].parse().unwrap();
-    assert!(count >= 1, "{tasks:?}");
+    assert_eq!(tasks.trace, TRACE, "{tasks:?}");
+    let write = receiver
+        .wait_for("a write of the job's results", |s| {
+            s.service == "colball-coordinator" && s.name == "write" && s.parent == job.id
+        })
+        .await;
+    assert_eq!(write.trace, TRACE, "{write:?}");
+    // Every task and every result reached the trace: the tasks' counts and
+    // the writes' results each add up to the job's puzzles.
+    let want = puzzles.len();
+    let total = |name: &'static str, field: &'static str, parents: Vec<String>| {
+        move |spans: &[Received]| {
+            let n: usize = spans
+                .iter()
+                .filter(|s| s.name == name && parents.contains(&s.parent))
+                .map(|s| s.attributes[field].parse::<usize>().unwrap())
+                .sum();
+            (n == want).then_some(n)
+        }
+    };
+    let windows: Vec<String> = receiver
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.name == "window" && s.parent == job.id)
+        .map(|s| s.id.clone())
+        .collect();
+    receiver
+        .wait_until("every task in the trace", total("tasks", "count", windows))
+        .await;
+    receiver
+        .wait_until(
+            "every result written in the trace",
+            total("write", "results", vec![job.id.clone()]),
+        )
+        .await;
     // A span a batch, never one a puzzle.
-    let spans = receiver.0.lock().unwrap().len();
+    let spans = receiver.count();
     assert!(
         spans < puzzles.len(),
         "{spans} spans for {} puzzles",
         puzzles.len()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn colball_passes_its_trace_to_the_coordinator_and_on_to_the_worker() {
+    let (receiver, c, _w, http) = traced_cluster("http/protobuf").await;
+    let (input, answers) = puzzles_and_answers("3x3", 40, 7);
+    let solved = colball_env(
+        &["solve", "--connect", &c.url],
+        &input,
+        &otlp(&http, "http/protobuf"),
+    );
+    assert!(
+        solved.status.success(),
+        "{}",
+        cli_jobs::text(&solved.stderr)
+    );
+    assert_eq!(cli_jobs::text(&solved.stdout), cli_jobs::text(&answers));
+
+    let command = receiver
+        .wait_for("the command's span", |s| s.service == "colball")
+        .await;
+    assert_eq!(command.name, "colball solve", "{command:?}");
+    assert_eq!(command.parent, "", "a root: {command:?}");
+    // `colball solve --connect` submits a job and reads its results: the
+    // coordinator's spans of both calls are the command's children, the
+    // job the submit's, and the worker's tasks its window's.
+    let child_of = |parent: &Received, name: &'static str| {
+        let (trace, id) = (parent.trace.clone(), parent.id.clone());
+        move |s: &Received| s.name == name && s.trace == trace && s.parent == id
+    };
+    let submit = receiver
+        .wait_for(
+            "the submit's span",
+            child_of(&command, "colball.v1.Jobs/Submit"),
+        )
+        .await;
+    assert_eq!(submit.service, "colball-coordinator");
+    receiver
+        .wait_for(
+            "the results' span",
+            child_of(&command, "colball.v1.Jobs/Results"),
+        )
+        .await;
+    let job = receiver
+        .wait_for("the job's span", child_of(&submit, "job"))
+        .await;
+    let window = receiver
+        .wait_for("the window's span", child_of(&job, "window"))
+        .await;
+    let tasks = receiver
+        .wait_for("the worker's tasks", child_of(&window, "tasks"))
+        .await;
+    assert_eq!(tasks.service, "colball-worker");
+    assert_eq!(tasks.trace, command.trace, "{tasks:?}");
 }

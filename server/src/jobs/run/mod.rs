@@ -21,6 +21,7 @@ use std::time::Duration;
 use colball_proto::egress;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 mod steps;
 
@@ -64,6 +65,9 @@ pub struct Run {
     pub(super) any_order: bool,
     /// The job's key, held while the run lives.
     _key: Option<KeyHold>,
+    /// The run's span (`job`): its windows' and its results' writes are
+    /// its children.
+    pub(super) span: tracing::Span,
 }
 
 /// How far a job's upload is: its puzzles stored so far, of which how many
@@ -255,16 +259,22 @@ impl Source for SharedWindows<'_> {
 impl Jobs {
     /// Starts running job `seq` of `owner`, of which `stored` results are
     /// stored and `upload` puzzles; `row` is its row if just read (else the
-    /// run reads it).
+    /// run reads it). Its span (`job`) is a child of its submit's, whose
+    /// `traceparent` is `trace`, wherever and whenever it runs.
     pub(super) fn start_run(
         self: &Arc<Self>,
         (seq, owner, any_order): (i64, &str, bool),
         stored: u64,
         upload: UploadProgress,
         key: Option<KeyHold>,
-        row: Option<JobRow>,
+        (row, trace): (Option<JobRow>, Option<&str>),
     ) {
+        let span = tracing::info_span!(parent: None, "job", job = %self.store.job_id(seq));
+        if let Some(trace) = trace {
+            crate::telemetry::context::adopt_traceparent(&span, trace);
+        }
         let run = Run {
+            span: span.clone(),
             owner: owner.to_string(),
             any_order,
             _key: key,
@@ -282,7 +292,6 @@ impl Jobs {
                 v.insert(run);
             }
         }
-        let span = tracing::info_span!("job", job = %self.store.job_id(seq));
         self.lifecycle
             .spawn(span, self.clone().feed(seq, cancel, row));
     }
@@ -474,7 +483,7 @@ impl Jobs {
             row.solved + row.errors,
             upload,
             None,
-            Some(row.clone()),
+            (Some(row.clone()), row.trace.as_deref()),
         );
     }
 
@@ -715,32 +724,42 @@ impl Jobs {
         cancel: &CancellationToken,
         events: &mut RequestEvents,
     ) -> Result<(), ServerError> {
+        let span = tracing::info_span!(
+            "window",
+            first = batch.first().map_or(0, |p| p.index),
+            puzzles = batch.len()
+        );
         let terms = Terms {
             rpc: None,
             ordered: false,
             deadline: None,
             slot: None,
+            span: span.clone(),
         };
-        let mut admitted = self
-            .scheduler
-            .admit(batch, caller, terms)
-            .await
-            .inspect_err(|e| tracing::warn!(error = %e, "job window not admitted"))?;
-        loop {
-            let next = tokio::select! {
-                next = admitted.next() => next,
-                () = cancel.cancelled() => return Ok(()),
-            };
-            match next {
-                Next::Results(results) => {
-                    events.results(&results);
-                    for result in results {
-                        let _ = self.writer.send(ToWrite { job, result, fence });
+        async {
+            let mut admitted = self
+                .scheduler
+                .admit(batch, caller, terms)
+                .await
+                .inspect_err(|e| tracing::warn!(error = %e, "job window not admitted"))?;
+            loop {
+                let next = tokio::select! {
+                    next = admitted.next() => next,
+                    () = cancel.cancelled() => return Ok(()),
+                };
+                match next {
+                    Next::Results(results) => {
+                        events.results(&results);
+                        for result in results {
+                            let _ = self.writer.send(ToWrite { job, result, fence });
+                        }
                     }
+                    Next::Failed(e) => return Err(e),
+                    Next::Done => return Ok(()),
                 }
-                Next::Failed(e) => return Err(e),
-                Next::Done => return Ok(()),
             }
         }
+        .instrument(span)
+        .await
     }
 }

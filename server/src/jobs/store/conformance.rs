@@ -97,6 +97,9 @@ pub(super) fn solved(index: u64) -> egress::PuzzleResult {
     .into()
 }
 
+/// A submit's `traceparent`, as a job keeps it.
+const TRACE: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
 pub(super) fn new_job(owner: &str) -> NewJob {
     NewJob {
         owner: owner.into(),
@@ -106,6 +109,7 @@ pub(super) fn new_job(owner: &str) -> NewJob {
         any_order: false,
         created_ms: 1,
         webhook: None,
+        trace: None,
     }
 }
 
@@ -131,6 +135,7 @@ async fn a_job_goes_in_is_sealed_and_its_results_read_back() {
         let job = s
             .create(NewJob {
                 name: "night run".into(),
+                trace: Some(TRACE.into()),
                 ..new_job("alice")
             })
             .await
@@ -148,6 +153,7 @@ async fn a_job_goes_in_is_sealed_and_its_results_read_back() {
             (row.state, row.puzzles, row.remaining()),
             (JobState::Running, 10, 10)
         );
+        assert_eq!(row.trace.as_deref(), Some(TRACE), "{name}");
         // Its bytes count its puzzles: at least their ids' bytes.
         let ids: u64 = all
             .iter()

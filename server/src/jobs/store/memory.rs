@@ -168,6 +168,7 @@ impl JobStore for MemoryStore {
             any_order: job.any_order,
             bytes: 0,
             webhook: job.webhook.map(Webhook::new),
+            trace: job.trace,
         };
         books.bytes += JOB_BYTES;
         books.jobs.insert(

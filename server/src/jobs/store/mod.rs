@@ -133,6 +133,10 @@ pub struct JobRow {
     /// The URL called once the job finishes (`JobOptions.webhook`), and
     /// how its delivery stands.
     pub webhook: Option<Webhook>,
+    /// The W3C `traceparent` of its submit's span, when spans were
+    /// exported: every run of the job, on any coordinator, joins that
+    /// trace.
+    pub trace: Option<String>,
 }
 
 /// A job's webhook: its URL, and the calls made to it.
@@ -184,6 +188,8 @@ pub struct NewJob {
     /// The URL to call once the job finishes, checked against the
     /// allowed patterns.
     pub webhook: Option<String>,
+    /// Its submit's `traceparent` ([`JobRow::trace`]).
+    pub trace: Option<String>,
 }
 
 /// One puzzle of a job as submitted: parsed, or the error result it gets.

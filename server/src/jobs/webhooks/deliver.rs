@@ -382,6 +382,7 @@ mod tests {
             any_order: false,
             bytes: 0,
             webhook: Some(Webhook::new("https://hooks.example.com/x".into())),
+            trace: None,
         }
     }
 

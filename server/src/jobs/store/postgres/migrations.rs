@@ -107,6 +107,8 @@ DO $$ BEGIN
 EXCEPTION WHEN feature_not_supported THEN NULL;
 END $$;
 ",
+    // The submit's traceparent, for the job's runs on any coordinator.
+    "ALTER TABLE colball_jobs ADD COLUMN trace text;",
 ];
 
 /// The version whose step moves the jobs of the row-per-puzzle layout

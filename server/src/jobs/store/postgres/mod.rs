@@ -108,7 +108,7 @@ const CHANNEL: &str = "colball";
 
 const JOB_COLUMNS: &str = "seq, owner, name, priority, state, puzzles, solved, errors, \
      created_ms, finished_ms, failure, fail_fast, any_order, bytes, \
-     webhook, webhook_attempts, webhook_next_ms, webhook_delivered";
+     webhook, webhook_attempts, webhook_next_ms, webhook_delivered, trace";
 
 /// See the module documentation.
 #[derive(Debug)]
@@ -329,6 +329,7 @@ impl PostgresStore {
                 next_ms: r.get(16),
                 delivered: r.get(17),
             }),
+            trace: r.get(18),
         })
     }
 

@@ -48,8 +48,8 @@ impl JobStore for PostgresStore {
         let seq: i64 = tx
             .query_one(
                 "INSERT INTO colball_jobs (owner, name, priority, state, created_ms, fail_fast, \
-                   any_order, bytes, uploader, upload_until, webhook) \
-                 VALUES ($1, $2, $3, 0, $4, $5, $6, $7, $8, now() + interval '1 minute', $9) \
+                   any_order, bytes, uploader, upload_until, webhook, trace) \
+                 VALUES ($1, $2, $3, 0, $4, $5, $6, $7, $8, now() + interval '1 minute', $9, $10) \
                  RETURNING seq",
                 &[
                     &job.owner,
@@ -61,6 +61,7 @@ impl JobStore for PostgresStore {
                     &JOB_BYTES,
                     &self.holder,
                     &job.webhook,
+                    &job.trace,
                 ],
             )
             .await

@@ -38,7 +38,7 @@ use super::{
 /// ones [`row`] reads, in its order.
 macro_rules! select_jobs {
     () => {
-        "SELECT seq, owner, name, priority, state, puzzles, solved, errors, created_ms, finished_ms, failure, fail_fast, any_order, bytes, webhook, webhook_attempts, webhook_next_ms, webhook_delivered FROM jobs WHERE "
+        "SELECT seq, owner, name, priority, state, puzzles, solved, errors, created_ms, finished_ms, failure, fail_fast, any_order, bytes, webhook, webhook_attempts, webhook_next_ms, webhook_delivered, trace FROM jobs WHERE "
     };
 }
 
@@ -305,9 +305,9 @@ impl Database {
     pub fn create(&self, job: &NewJob) -> Result<i64, StoreError> {
         let conn = self.conn();
         conn.prepare_cached(
-            "INSERT INTO jobs (owner, name, priority, state, puzzles, created_ms, fail_fast, any_order, webhook) VALUES (?1, ?2, ?3, 0, 0, ?4, ?5, ?6, ?7)",
+            "INSERT INTO jobs (owner, name, priority, state, puzzles, created_ms, fail_fast, any_order, webhook, trace) VALUES (?1, ?2, ?3, 0, 0, ?4, ?5, ?6, ?7, ?8)",
         )?
-        .execute(params![job.owner, job.name, priority_number(job.priority), job.created_ms, job.fail_fast, job.any_order, job.webhook])?;
+        .execute(params![job.owner, job.name, priority_number(job.priority), job.created_ms, job.fail_fast, job.any_order, job.webhook, job.trace])?;
         Ok(conn.last_insert_rowid())
     }
 
@@ -788,6 +788,7 @@ fn row(r: &rusqlite::Row<'_>, instance: &str) -> rusqlite::Result<JobRow> {
             }),
             None => None,
         },
+        trace: r.get(18)?,
     })
 }
 

@@ -13,7 +13,7 @@ use crate::jobs::store::Entry;
 use crate::jobs::store::packing;
 
 /// The schema version this build writes.
-pub const VERSION: i64 = 5;
+pub const VERSION: i64 = 6;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (
@@ -41,7 +41,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     webhook_attempts INTEGER NOT NULL DEFAULT 0,
     -- When the next call is due (Unix ms); i64::MAX once none is.
     webhook_next_ms INTEGER NOT NULL DEFAULT 0,
-    webhook_delivered INTEGER NOT NULL DEFAULT 0
+    webhook_delivered INTEGER NOT NULL DEFAULT 0,
+    -- The submit's traceparent, when spans were exported (NULL: none).
+    trace TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, seq);
 CREATE INDEX IF NOT EXISTS jobs_webhooks_due ON jobs (webhook_next_ms)
@@ -116,12 +118,13 @@ pub fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
     if count_bytes {
         tx.execute_batch("ALTER TABLE jobs ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0")?;
     }
-    // Webhooks came with version 5.
+    // Webhooks came with version 5, traces with 6.
     for (column, ddl) in [
         ("webhook", "TEXT"),
         ("webhook_attempts", "INTEGER NOT NULL DEFAULT 0"),
         ("webhook_next_ms", "INTEGER NOT NULL DEFAULT 0"),
         ("webhook_delivered", "INTEGER NOT NULL DEFAULT 0"),
+        ("trace", "TEXT"),
     ] {
         if has("jobs", "seq")? && !has("jobs", column)? {
             tx.execute_batch(&format!("ALTER TABLE jobs ADD COLUMN {column} {ddl}"))?;
