@@ -188,31 +188,40 @@ async fn traced_cluster(protocol: &str) -> (Receiver, procs::Coordinator, procs:
     let (grpc, http) = serve(receiver.clone()).await;
     let (grpc, http) = (format!("http://{grpc}"), format!("http://{http}"));
     let endpoint = if protocol == "grpc" { &grpc } else { &http };
-    let c = procs::coordinator_env(
+    let c = traced_coordinator(endpoint, protocol, &[]);
+    let w = traced_worker(&c, &http).await;
+    (receiver, c, w, http)
+}
+
+/// A coordinator exporting to `endpoint` over `protocol`.
+fn traced_coordinator(endpoint: &str, protocol: &str, extra: &[&str]) -> procs::Coordinator {
+    procs::coordinator_env(
         Path::new(BIN),
         "127.0.0.1:0",
         200,
-        &[],
+        extra,
         &otlp(endpoint, protocol),
-    );
+    )
+}
+
+/// A worker of `c` exporting to `endpoint` over HTTP, once it has joined.
+async fn traced_worker(c: &procs::Coordinator, endpoint: &str) -> procs::Proc {
     let w = procs::worker_env(
         Path::new(BIN),
         &c.url,
         "traced",
-        &otlp(&http, "http/protobuf"),
+        &otlp(endpoint, "http/protobuf"),
     );
     wait_metric(&c.http, "workers", |n| n == 1).await;
-    (receiver, c, w, http)
+    w
 }
 
-/// The trace and the span a client of the HTTP API says it calls from.
-const TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
-const CALLER: &str = "b7ad6b7169203331";
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_s_trace_joins_its_submit_windows_tasks_on_the_worker_and_writes() {
-    let (receiver, c, _w, _) = traced_cluster("grpc").await;
-    let (puzzles, _) = mixed(81, 300, 0);
+/// Submits `puzzles` as a JSON job over `c`'s HTTP API, called from span
+/// [`CALLER`] of trace [`TRACE`]; the job's id.
+async fn submit_traced(
+    c: &procs::Coordinator,
+    puzzles: &[(String, colball_solver::Puzzle)],
+) -> String {
     let records: Vec<_> = puzzles.iter().map(|(id, p)| record(id, p)).collect();
     let body = serde_json::json!({"puzzles": records, "name": "traced"}).to_string();
     let head = format!(
@@ -228,7 +237,18 @@ async fn a_job_s_trace_joins_its_submit_windows_tasks_on_the_worker_and_writes()
     .await;
     assert_eq!(code, 201, "{created}");
     let created: serde_json::Value = serde_json::from_str(&created).unwrap();
-    let id = created["id"].as_str().unwrap().to_string();
+    created["id"].as_str().unwrap().to_string()
+}
+
+/// The trace and the span a client of the HTTP API says it calls from.
+const TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+const CALLER: &str = "b7ad6b7169203331";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_s_trace_joins_its_submit_windows_tasks_on_the_worker_and_writes() {
+    let (receiver, c, _w, _) = traced_cluster("grpc").await;
+    let (puzzles, _) = mixed(81, 300, 0);
+    let id = submit_traced(&c, &puzzles).await;
 
     // The submit's span is the caller's child; the job's, the submit's.
     let submit = receiver
@@ -368,4 +388,60 @@ async fn colball_passes_its_trace_to_the_coordinator_and_on_to_the_worker() {
         .await;
     assert_eq!(tasks.service, "colball-worker");
     assert_eq!(tasks.trace, command.trace, "{tasks:?}");
+}
+
+/// A job taken up by another coordinator (here, the next one on its data
+/// directory) runs in its submit's trace: the submit's `traceparent` is
+/// kept with the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_taken_up_after_a_restart_runs_in_its_submit_s_trace() {
+    let receiver = Receiver::default();
+    let (_, http) = serve(receiver.clone()).await;
+    let http = format!("http://{http}");
+    let dir = std::env::temp_dir().join(format!("colball-traced-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let data = ["--data-dir", dir.to_str().unwrap()];
+    // No worker: the job waits, and is unfinished when its coordinator stops.
+    let mut first = traced_coordinator(&http, "http/protobuf", &data);
+    let (puzzles, _) = mixed(83, 50, 0);
+    let id = submit_traced(&first, &puzzles).await;
+    let submit = receiver
+        .wait_for("the submit's span", |s| s.name == "POST /api/v1/jobs")
+        .await;
+    assert_eq!(submit.trace, TRACE, "{submit:?}");
+    first.proc.signal("TERM");
+    first.proc.wait_exit();
+    let ran_first: Vec<String> = receiver
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.name == "job")
+        .map(|s| s.id.clone())
+        .collect();
+
+    let second = traced_coordinator(&http, "http/protobuf", &data);
+    let _w = traced_worker(&second, &http).await;
+    let job = receiver
+        .wait_for("the second run's job span", |s| {
+            s.name == "job" && s.attributes.get("job") == Some(&id) && !ran_first.contains(&s.id)
+        })
+        .await;
+    assert_eq!(
+        (job.trace.as_str(), job.parent.as_str()),
+        (TRACE, submit.id.as_str()),
+        "{job:?}"
+    );
+    let window = receiver
+        .wait_for("its window's span", |s| {
+            s.name == "window" && s.parent == job.id
+        })
+        .await;
+    receiver
+        .wait_for("the worker's tasks in it", |s| {
+            s.service == "colball-worker" && s.name == "tasks" && s.parent == window.id
+        })
+        .await;
+    drop(second);
+    let _ = std::fs::remove_dir_all(&dir);
 }
