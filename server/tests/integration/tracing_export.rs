@@ -45,9 +45,13 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// What the receiver has been sent, by either protocol.
+/// What the receiver has been sent, by either protocol; and the
+/// `traceparent` of each webhook call it answered (`POST /hook`).
 #[derive(Clone, Debug, Default)]
-struct Receiver(Arc<Mutex<Vec<Received>>>);
+struct Receiver {
+    spans: Arc<Mutex<Vec<Received>>>,
+    hooks: Arc<Mutex<Vec<String>>>,
+}
 
 fn text(value: Option<&AnyValue>) -> String {
     match value.and_then(|v| v.value.as_ref()) {
@@ -66,7 +70,7 @@ fn attributes(kvs: &[KeyValue]) -> HashMap<String, String> {
 
 impl Receiver {
     fn take(&self, request: ExportTraceServiceRequest) {
-        let mut spans = self.0.lock().unwrap();
+        let mut spans = self.spans.lock().unwrap();
         for resource in request.resource_spans {
             let service = resource
                 .resource
@@ -100,20 +104,20 @@ impl Receiver {
     async fn wait_until<T>(&self, what: &str, see: impl Fn(&[Received]) -> Option<T>) -> T {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Some(found) = see(&self.0.lock().unwrap()) {
+            if let Some(found) = see(&self.spans.lock().unwrap()) {
                 return found;
             }
             assert!(
                 Instant::now() < deadline,
                 "no {what} in a minute; received: {:#?}",
-                self.0.lock().unwrap()
+                self.spans.lock().unwrap()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
     fn count(&self) -> usize {
-        self.0.lock().unwrap().len()
+        self.spans.lock().unwrap().len()
     }
 }
 
@@ -143,7 +147,18 @@ async fn serve(receiver: Receiver) -> (std::net::SocketAddr, std::net::SocketAdd
     );
     let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let http_addr = http.local_addr().unwrap();
+    let hooks = receiver.hooks.clone();
     let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |headers: axum::http::HeaderMap| async move {
+            let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok());
+            hooks
+                .lock()
+                .unwrap()
+                .push(traceparent.unwrap_or_default().to_string());
+        }),
+    );
+    let app = app.route(
         "/v1/traces",
         axum::routing::post(move |body: axum::body::Bytes| async move {
             match ExportTraceServiceRequest::decode(body) {
@@ -188,7 +203,25 @@ async fn traced_cluster(protocol: &str) -> (Receiver, procs::Coordinator, procs:
     let (grpc, http) = serve(receiver.clone()).await;
     let (grpc, http) = (format!("http://{grpc}"), format!("http://{http}"));
     let endpoint = if protocol == "grpc" { &grpc } else { &http };
-    let c = traced_coordinator(endpoint, protocol, &[]);
+    // Webhooks allowed to the receiver's `/hook`.
+    let secret = std::env::temp_dir().join(format!(
+        "colball-traced-hook-{}-{}",
+        std::process::id(),
+        protocol.replace('/', "-")
+    ));
+    std::fs::write(&secret, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n").unwrap();
+    let allow = format!("{http}/*");
+    let c = traced_coordinator(
+        endpoint,
+        protocol,
+        &[
+            "--webhook-allow",
+            &allow,
+            "--webhook-secret-file",
+            secret.to_str().unwrap(),
+        ],
+    );
+    let _ = std::fs::remove_file(&secret);
     let w = traced_worker(&c, &http).await;
     (receiver, c, w, http)
 }
@@ -217,13 +250,15 @@ async fn traced_worker(c: &procs::Coordinator, endpoint: &str) -> procs::Proc {
 }
 
 /// Submits `puzzles` as a JSON job over `c`'s HTTP API, called from span
-/// [`CALLER`] of trace [`TRACE`]; the job's id.
+/// [`CALLER`] of trace [`TRACE`], with `webhook` if any; the job's id.
 async fn submit_traced(
     c: &procs::Coordinator,
     puzzles: &[(String, colball_solver::Puzzle)],
+    webhook: Option<&str>,
 ) -> String {
     let records: Vec<_> = puzzles.iter().map(|(id, p)| record(id, p)).collect();
-    let body = serde_json::json!({"puzzles": records, "name": "traced"}).to_string();
+    let body =
+        serde_json::json!({"puzzles": records, "name": "traced", "webhook": webhook}).to_string();
     let head = format!(
         "traceparent: 00-{TRACE}-{CALLER}-01\r\ntracestate: caller=1\r\ncontent-type: application/json\r\n"
     );
@@ -246,9 +281,9 @@ const CALLER: &str = "b7ad6b7169203331";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_s_trace_joins_its_submit_windows_tasks_on_the_worker_and_writes() {
-    let (receiver, c, _w, _) = traced_cluster("grpc").await;
+    let (receiver, c, _w, http) = traced_cluster("grpc").await;
     let (puzzles, _) = mixed(81, 300, 0);
-    let id = submit_traced(&c, &puzzles).await;
+    let id = submit_traced(&c, &puzzles, Some(&format!("{http}/hook"))).await;
 
     // The submit's span is the caller's child; the job's, the submit's.
     let submit = receiver
@@ -311,7 +346,7 @@ async fn a_job_s_trace_joins_its_submit_windows_tasks_on_the_worker_and_writes()
         }
     };
     let windows: Vec<String> = receiver
-        .0
+        .spans
         .lock()
         .unwrap()
         .iter()
@@ -327,6 +362,27 @@ async fn a_job_s_trace_joins_its_submit_windows_tasks_on_the_worker_and_writes()
             total("write", "results", vec![job.id.clone()]),
         )
         .await;
+    // The webhook call carries the trace of its span, the submit's child.
+    let hook = receiver
+        .wait_until("the webhook call", |_| {
+            receiver.hooks.lock().unwrap().first().cloned()
+        })
+        .await;
+    let (trace, call) = hook
+        .strip_prefix("00-")
+        .and_then(|rest| rest.split_once('-'))
+        .map(|(trace, rest)| (trace, rest.split('-').next().unwrap_or_default()))
+        .unwrap_or_else(|| panic!("a webhook call with a traceparent: {hook:?}"));
+    assert_eq!(trace, TRACE, "{hook}");
+    let webhook = receiver
+        .wait_for("the webhook call's span", |s| s.id == call)
+        .await;
+    assert_eq!(
+        (webhook.name.as_str(), webhook.parent.as_str()),
+        ("webhook", submit.id.as_str()),
+        "{webhook:?}"
+    );
+    assert_eq!(webhook.attributes.get("job"), Some(&id), "{webhook:?}");
     // A span a batch, never one a puzzle.
     let spans = receiver.count();
     assert!(
@@ -404,7 +460,7 @@ async fn a_job_taken_up_after_a_restart_runs_in_its_submit_s_trace() {
     // No worker: the job waits, and is unfinished when its coordinator stops.
     let mut first = traced_coordinator(&http, "http/protobuf", &data);
     let (puzzles, _) = mixed(83, 50, 0);
-    let id = submit_traced(&first, &puzzles).await;
+    let id = submit_traced(&first, &puzzles, None).await;
     let submit = receiver
         .wait_for("the submit's span", |s| s.name == "POST /api/v1/jobs")
         .await;
@@ -412,7 +468,7 @@ async fn a_job_taken_up_after_a_restart_runs_in_its_submit_s_trace() {
     first.proc.signal("TERM");
     first.proc.wait_exit();
     let ran_first: Vec<String> = receiver
-        .0
+        .spans
         .lock()
         .unwrap()
         .iter()

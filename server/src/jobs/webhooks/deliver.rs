@@ -22,12 +22,14 @@ use std::time::Duration;
 
 use serde::Serialize;
 use tokio::sync::Semaphore;
+use tracing::Instrument as _;
 
 use super::WebhookSecret;
 use super::allow::{self, is_public};
 use crate::coordinator::events;
 use crate::jobs::store::{JobRow, JobState, Webhook};
 use crate::jobs::{JobStore, Jobs};
+use crate::telemetry;
 
 /// Longest a call may take, connection included.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -139,13 +141,14 @@ impl HttpClients {
         })
     }
 
-    /// Calls `url` with `body`, signed with `secret`.
+    /// Calls `url` with `body`, signed with `secret`, from `span` (whose
+    /// trace context the call carries when spans are exported).
     async fn call(
         &self,
         url: &str,
         allowed: &[allow::Pattern],
         secret: &WebhookSecret,
-        id: &str,
+        (id, span): (&str, &tracing::Span),
         body: &[u8],
     ) -> CallOutcome {
         let (target, private_ok) = match allow::check(url, allowed) {
@@ -167,6 +170,11 @@ impl HttpClients {
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body.to_vec());
         for (name, value) in secret.headers(id, events::unix_ms() / 1000, body) {
+            request = request.header(name, value);
+        }
+        let mut traced = Vec::new();
+        telemetry::context::inject(span, |name, value| traced.push((name, value)));
+        for (name, value) in traced {
             request = request.header(name, value);
         }
         match request.send().await {
@@ -300,11 +308,23 @@ impl Jobs {
         };
         let config = &self.webhooks;
         let attempts = hook.attempts.saturating_add(1);
+        // A span a call, in the trace of the job's submit.
+        let span = tracing::info_span!(parent: None, "webhook", job = %row.id, attempt = attempts, otel.kind = "client");
+        if let Some(trace) = &row.trace {
+            telemetry::context::adopt_traceparent(&span, trace);
+        }
         let outcome = match &config.secret {
             Some(secret) => {
                 let body = body(&row, config.public_url.as_deref());
                 caller
-                    .call(&hook.url, &config.allow, secret, &call_id(&row), &body)
+                    .call(
+                        &hook.url,
+                        &config.allow,
+                        secret,
+                        (&call_id(&row), &span),
+                        &body,
+                    )
+                    .instrument(span.clone())
                     .await
             }
             None => CallOutcome::Refused("webhooks are off on this coordinator".into()),
