@@ -225,3 +225,25 @@ def test_a_coordinator_that_is_gone_is_a_clear_error():
         with pytest.raises(colball.ConnectionLost) as lost:
             list(c.results("j1-000000000000"))
     assert "j1-000000000000" in str(lost.value)
+
+
+def test_calls_carry_the_caller_s_trace_context():
+    """With OpenTelemetry in use, each call carries the current span's
+    ``traceparent``; outside any span, none."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+
+    seen = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("traceparent"))
+        return httpx.Response(200, json=[])
+
+    tracer = TracerProvider().get_tracer("test")
+    with colball.Client("http://coordinator.invalid", transport=httpx.MockTransport(answer)) as c:
+        c.jobs()
+        with tracer.start_as_current_span("caller") as span:
+            c.jobs()
+            ids = span.get_span_context()
+    assert seen[0] is None
+    assert seen[1] == f"00-{ids.trace_id:032x}-{ids.span_id:016x}-{int(ids.trace_flags):02x}"

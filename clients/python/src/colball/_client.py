@@ -21,6 +21,11 @@ from typing import (
 
 import httpx
 
+try:  # When the application uses OpenTelemetry, its calls join its traces.
+    from opentelemetry import propagate as _propagate
+except ImportError:  # pragma: no cover - OpenTelemetry is optional
+    _propagate = None
+
 #: Job states after which nothing changes.
 FINISHED = frozenset({"done", "cancelled", "failed"})
 
@@ -180,6 +185,15 @@ JobRef = Union[str, Submission, Job]
 PuzzleSource = Union[str, "os.PathLike[str]", bytes, IO[bytes], Iterable[Union[Puzzle, Mapping[str, Any]]]]
 
 
+def _trace_context(request: httpx.Request) -> None:
+    """Adds the current span's trace context (``traceparent``, and
+    ``tracestate``) to a call, when OpenTelemetry is installed: the
+    coordinator's spans for the call, and a job's whole run, join the
+    caller's trace."""
+    if _propagate is not None:
+        _propagate.inject(request.headers)
+
+
 def _job_id(job: JobRef) -> str:
     return job if isinstance(job, str) else job.id
 
@@ -210,6 +224,7 @@ class Client:
             headers=headers,
             timeout=httpx.Timeout(timeout, read=None),
             transport=transport,
+            event_hooks={"request": [_trace_context]},
         )
         self.reconnect = reconnect
 
