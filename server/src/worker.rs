@@ -562,7 +562,7 @@ async fn session(
                             if let Some(result) = submit(pool, session_id, &task) {
                                 held.remove(&result.task_id);
                                 back.push(result);
-                            } else if let Some(span) = spans.get(task.trace as usize).or(spans.first()) {
+                            } else if let Some(span) = spans.get(batch_of(&task, spans.len().saturating_sub(1))) {
                                 traced.insert(task.task_id, span.clone());
                             }
                         }
@@ -660,8 +660,7 @@ fn batch_spans(assign: &v1::Assign) -> Vec<tracing::Span> {
     let contexts = assign.traceparents.len().min(assign.tasks.len());
     let mut counts = vec![0usize; contexts + 1];
     for task in &assign.tasks {
-        let at = task.trace as usize;
-        counts[if at <= contexts { at } else { 0 }] += 1;
+        counts[batch_of(task, contexts)] += 1;
     }
     counts
         .iter()
@@ -677,6 +676,14 @@ fn batch_spans(assign: &v1::Assign) -> Vec<tracing::Span> {
             span
         })
         .collect()
+}
+
+/// The batch of its assignment `task` belongs to (see [`batch_spans`]):
+/// the context it names, counted from 1, or 0 for none or a number past
+/// the `contexts` looked at.
+fn batch_of(task: &v1::Task, contexts: usize) -> usize {
+    let at = task.trace as usize;
+    if at <= contexts { at } else { 0 }
 }
 
 /// Results in one message.

@@ -105,7 +105,8 @@ pub(crate) struct Terms {
     /// request), held until the request ends.
     pub(crate) slot: Option<Slot>,
     /// The span the request's work belongs under: its `traceparent` goes to
-    /// the workers with its tasks (when spans are exported).
+    /// the workers with its tasks (when spans are exported), and the
+    /// request's number is recorded in it as `id` (when it has that field).
     pub(crate) span: tracing::Span,
 }
 
@@ -154,6 +155,7 @@ impl Scheduler {
             trace: telemetry::context::traceparent(&terms.span).map(Arc::from),
         };
         let mut stream = self.admit_request(spec, tasks)?;
+        terms.span.record("id", stream.id);
         // (The results known before admission count as read.)
         stream.received += ready.len();
         let events = terms.rpc.map(|rpc| {
@@ -260,11 +262,6 @@ pub(crate) struct Admitted {
 }
 
 impl Admitted {
-    /// The request's number in the state (for logs).
-    pub(crate) fn id(&self) -> u64 {
-        self.stream.id
-    }
-
     /// Its results, answered at once or not.
     pub(crate) fn total(&self) -> usize {
         self.total

@@ -84,7 +84,6 @@ pub(super) async fn grade(
         span: span.clone(),
     };
     let admitted = scheduler.admit(batch, &caller, terms).await?;
-    span.record("id", admitted.id());
     tracing::debug!(cases = admitted.total(), "grading admitted");
     let (tx, rx) = mpsc::channel(256);
     scheduler

@@ -322,9 +322,7 @@ fn call_span(request: &tonic::codegen::http::Request<()>) -> tracing::Span {
         otel.kind = "server",
         rpc.system = "grpc",
     );
-    telemetry::context::adopt(&span, |key| {
-        request.headers().get(key).and_then(|v| v.to_str().ok())
-    });
+    telemetry::adopt_headers(&span, request.headers());
     span
 }
 

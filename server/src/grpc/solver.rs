@@ -54,7 +54,6 @@ impl Solver for SolverService {
             span: span.clone(),
         };
         let mut admitted = self.scheduler.admit(batch, &caller, terms).await?;
-        span.record("id", admitted.id());
         match admitted.next().await {
             Next::Results(mut results) => match results.pop() {
                 Some(result) => Ok(Response::new(result)),
@@ -97,7 +96,6 @@ impl Solver for SolverService {
             span: span.clone(),
         };
         let admitted = self.scheduler.admit(batch, &caller, terms).await?;
-        span.record("id", admitted.id());
         tracing::debug!(puzzles = admitted.total(), "batch admitted");
         // Results travel in groups (what arrived together); the response
         // stream hands them to tonic one by one, which writes what is

@@ -108,9 +108,7 @@ async fn traced(request: axum::extract::Request, next: middleware::Next) -> Resp
         http.route = route,
         http.response.status_code = tracing::field::Empty,
     );
-    crate::telemetry::context::adopt(&span, |key| {
-        request.headers().get(key).and_then(|v| v.to_str().ok())
-    });
+    crate::telemetry::adopt_headers(&span, request.headers());
     let response = next.run(request).instrument(span.clone()).await;
     span.record("http.response.status_code", response.status().as_u16());
     response

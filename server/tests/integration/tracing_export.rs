@@ -99,6 +99,19 @@ impl Receiver {
             .await
     }
 
+    /// Waits (a minute at most) for a span `name` of `service`, a child of
+    /// `parent` in its trace.
+    async fn child(&self, parent: &Received, service: &str, name: &str) -> Received {
+        let what = format!("{name} of {service} under {} {}", parent.name, parent.id);
+        self.wait_for(&what, |s| {
+            s.service == service
+                && s.name == name
+                && s.trace == parent.trace
+                && s.parent == parent.id
+        })
+        .await
+    }
+
     /// Waits (a minute at most) until `see` finds what it looks for in
     /// the spans received so far.
     async fn wait_until<T>(&self, what: &str, see: impl Fn(&[Received]) -> Option<T>) -> T {
@@ -275,6 +288,10 @@ async fn submit_traced(
     created["id"].as_str().unwrap().to_string()
 }
 
+/// The services' names.
+const COORDINATOR: &str = "colball-coordinator";
+const WORKER: &str = "colball-worker";
+
 /// The trace and the span a client of the HTTP API says it calls from.
 const TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
 const CALLER: &str = "b7ad6b7169203331";
@@ -288,7 +305,7 @@ async fn a_job_s_trace_joins_its_submit_windows_tasks_on_the_worker_and_writes()
     // The submit's span is the caller's child; the job's, the submit's.
     let submit = receiver
         .wait_for("the submit's span", |s| {
-            s.service == "colball-coordinator" && s.name == "POST /api/v1/jobs"
+            s.service == COORDINATOR && s.name == "POST /api/v1/jobs"
         })
         .await;
     assert_eq!(
@@ -302,7 +319,7 @@ async fn a_job_s_trace_joins_its_submit_windows_tasks_on_the_worker_and_writes()
     );
     let job = receiver
         .wait_for("the job's span", |s| {
-            s.service == "colball-coordinator" && s.name == "job"
+            s.service == COORDINATOR && s.name == "job"
         })
         .await;
     assert_eq!(job.attributes.get("job"), Some(&id), "{job:?}");
@@ -313,25 +330,10 @@ async fn a_job_s_trace_joins_its_submit_windows_tasks_on_the_worker_and_writes()
     );
     // Its window, under the job; the worker's tasks under the window; the
     // results written under the job.
-    let window = receiver
-        .wait_for("a window's span", |s| {
-            s.name == "window" && s.parent == job.id
-        })
-        .await;
-    assert_eq!(window.trace, TRACE, "{window:?}");
+    let window = receiver.child(&job, COORDINATOR, "window").await;
     assert_eq!(window.attributes["puzzles"], "300", "{window:?}");
-    let tasks = receiver
-        .wait_for("the worker's tasks in the window", |s| {
-            s.service == "colball-worker" && s.name == "tasks" && s.parent == window.id
-        })
-        .await;
-    assert_eq!(tasks.trace, TRACE, "{tasks:?}");
-    let write = receiver
-        .wait_for("a write of the job's results", |s| {
-            s.service == "colball-coordinator" && s.name == "write" && s.parent == job.id
-        })
-        .await;
-    assert_eq!(write.trace, TRACE, "{write:?}");
+    receiver.child(&window, WORKER, "tasks").await;
+    receiver.child(&job, COORDINATOR, "write").await;
     // Every task and every result reached the trace: the tasks' counts and
     // the writes' results each add up to the job's puzzles.
     let want = puzzles.len();
@@ -416,34 +418,15 @@ async fn colball_passes_its_trace_to_the_coordinator_and_on_to_the_worker() {
     // `colball solve --connect` submits a job and reads its results: the
     // coordinator's spans of both calls are the command's children, the
     // job the submit's, and the worker's tasks its window's.
-    let child_of = |parent: &Received, name: &'static str| {
-        let (trace, id) = (parent.trace.clone(), parent.id.clone());
-        move |s: &Received| s.name == name && s.trace == trace && s.parent == id
-    };
     let submit = receiver
-        .wait_for(
-            "the submit's span",
-            child_of(&command, "colball.v1.Jobs/Submit"),
-        )
+        .child(&command, COORDINATOR, "colball.v1.Jobs/Submit")
         .await;
-    assert_eq!(submit.service, "colball-coordinator");
     receiver
-        .wait_for(
-            "the results' span",
-            child_of(&command, "colball.v1.Jobs/Results"),
-        )
+        .child(&command, COORDINATOR, "colball.v1.Jobs/Results")
         .await;
-    let job = receiver
-        .wait_for("the job's span", child_of(&submit, "job"))
-        .await;
-    let window = receiver
-        .wait_for("the window's span", child_of(&job, "window"))
-        .await;
-    let tasks = receiver
-        .wait_for("the worker's tasks", child_of(&window, "tasks"))
-        .await;
-    assert_eq!(tasks.service, "colball-worker");
-    assert_eq!(tasks.trace, command.trace, "{tasks:?}");
+    let job = receiver.child(&submit, COORDINATOR, "job").await;
+    let window = receiver.child(&job, COORDINATOR, "window").await;
+    receiver.child(&window, WORKER, "tasks").await;
 }
 
 /// A job taken up by another coordinator (here, the next one on its data
@@ -488,16 +471,8 @@ async fn a_job_taken_up_after_a_restart_runs_in_its_submit_s_trace() {
         (TRACE, submit.id.as_str()),
         "{job:?}"
     );
-    let window = receiver
-        .wait_for("its window's span", |s| {
-            s.name == "window" && s.parent == job.id
-        })
-        .await;
-    receiver
-        .wait_for("the worker's tasks in it", |s| {
-            s.service == "colball-worker" && s.name == "tasks" && s.parent == window.id
-        })
-        .await;
+    let window = receiver.child(&job, COORDINATOR, "window").await;
+    receiver.child(&window, WORKER, "tasks").await;
     drop(second);
     let _ = std::fs::remove_dir_all(&dir);
 }
